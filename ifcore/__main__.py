@@ -1,0 +1,5 @@
+import sys
+
+from ifcore.cli import main
+
+sys.exit(main())

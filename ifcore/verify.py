@@ -1,0 +1,687 @@
+"""Deterministic verification of schema-v1 constraints: `verify(constraint, response) -> Verdict`.
+
+A constraint is compiled once (cached on the Constraint) into three parts that read like the schema:
+- the scope: selection steps mapping each current segment to its sub-segments (Traversal, Position,
+  Condition, slices), remembering each segment's parent so that "previous" stays within one parent;
+- the target: one entry of `TARGETS`, a small measuring function `(doc, span) -> (value, evidence spans)`;
+- the range: bounds that may refer to the previous segment or to another measurement of the response.
+Verifying yields one record (lo, hi, actual, span) per selected segment, as ScopeIF's tool-grounded judge
+does (section 5.1), and the evidence spans that decided the verdict (RTT's relevance labels).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import emoji
+import yaml
+
+from ifcore import rewards
+from ifcore.schema import Constraint, ConstraintError
+from ifcore.text import WORD_RE, Doc, Span, json_depth, strip_span
+
+Measure = tuple[int, list[Span]]
+
+
+@dataclass
+class Record:
+    lo: float | None
+    hi: float | None
+    actual: int | None
+    span: Span
+
+    @property
+    def ok(self) -> bool:
+        return self.actual is not None and (self.lo is None or self.actual >= self.lo) and (
+            self.hi is None or self.actual <= self.hi)
+
+    def to_dict(self) -> dict:
+        return {"lo": self.lo, "hi": self.hi, "actual": self.actual, "span": list(self.span)}
+
+
+@dataclass
+class Verdict:
+    satisfied: bool
+    records: list[Record]
+    evidence: list[Span] = field(default_factory=list)
+
+    def graded(self, alpha: float = 3.0) -> float:
+        """g_i, ScopeIF eq. 6: the geometric mean of the records' graded rewards (eq. 5, 8, 9); 1 with no
+        records (vacuous truth), 0 when any record is a missing segment."""
+        if not self.records:
+            return 1.0
+        logs = 0.0
+        for r in self.records:
+            g = rewards.graded(r.lo, r.hi, r.actual, alpha)
+            if g <= 0.0:
+                return 0.0
+            logs += math.log(g)
+        return math.exp(logs / len(self.records))
+
+    def to_dict(self, alpha: float = 3.0) -> dict:
+        return {"satisfied": self.satisfied, "records": [r.to_dict() for r in self.records],
+                "evidence": [list(e) for e in self.evidence], "graded": self.graded(alpha)}
+
+
+def verify(constraint: Constraint | dict, response: str | Doc) -> Verdict:
+    """Verify one constraint against one response (a str, or a `Doc` shared by all its constraints)."""
+    c = constraint if isinstance(constraint, Constraint) else Constraint.from_dict(constraint)
+    doc = response if isinstance(response, Doc) else Doc(response)
+    if c._plan is None:
+        c._plan = (_compile_scope(c.scope), _compile_target(c.target), _compile_range(c.range))
+    select, measure, (bounds, uses_previous) = c._plan
+    records, ev_all, ev_bad = [], [], []
+    prev_value, prev_group = None, object()
+    for span, missing, group in select(doc, doc.root):
+        if missing:
+            if uses_previous:
+                prev_group = object()  # nothing to compare the next segment with
+                continue
+            lo, hi, _ = bounds(doc, None)
+            rec, ev = Record(lo, hi, None, span), [span]
+        else:
+            value, ev = measure(doc, span)
+            has_prev = group == prev_group
+            prev, prev_value, prev_group = prev_value, value, group
+            if uses_previous and not has_prev:
+                continue
+            lo, hi, resolved = bounds(doc, prev)
+            rec = Record(lo, hi, value if resolved else None, span)
+        records.append(rec)
+        ev_all.extend(ev)
+        if not rec.ok:
+            ev_bad.extend(ev)
+    satisfied = not ev_bad
+    return Verdict(satisfied, records, _merge(ev_bad if ev_bad else ev_all))
+
+
+def verify_all(constraints: list[Constraint | dict], response: str | Doc) -> list[Verdict]:
+    """All constraints of one response against one shared segmentation."""
+    doc = response if isinstance(response, Doc) else Doc(response)
+    return [verify(c, doc) for c in constraints]
+
+
+def verify_jsonl(fin, fout, alpha: float = 3.0) -> int:
+    """The `ifcore verify` command: one JSON line in, one out; a bad line yields {"error": ...} and the
+    others go on. Returns the number of failed lines."""
+    failed = 0
+    for n, line in enumerate(fin, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError(f"expected an object with response and constraints, got {type(obj).__name__}")
+            if not isinstance(obj.get("response"), str):
+                raise ValueError('"response": expected a string')
+            if not isinstance(obj.get("constraints"), list):
+                raise ValueError('"constraints": expected a list of constraints')
+            cs = [Constraint.from_dict(c, f"constraints[{i}]") for i, c in enumerate(obj["constraints"])]
+            verdicts = verify_all(cs, obj["response"])
+            sat = [v.satisfied for v in verdicts]
+            g = [v.graded(alpha) for v in verdicts]
+            out = {"verdicts": [v.to_dict(alpha) for v in verdicts],
+                   "ila": rewards.ila(sat), "cla": rewards.cla(sat),
+                   "scopeif": rewards.scopeif(sat, g), "scopeif_flat": rewards.scopeif_flat(g)}
+        except (ValueError, TypeError) as e:  # ConstraintError and JSON errors are ValueErrors
+            failed += 1
+            out = {"error": f"line {n}: {e}"}
+        fout.write(json.dumps(out, ensure_ascii=False) + "\n")
+    return failed
+
+
+# ---- scope ----------------------------------------------------------------------------------------------
+
+def _unit_getter(d: dict, unit_key: str = "unit"):
+    """`(doc, seg) -> spans` for a unit with its kind and filter options (extensions X6, X7)."""
+    unit, kind, prose = d[unit_key], d.get("kind"), bool(d.get("prose"))
+    filters = []
+    if "level" in d:
+        filters.append(lambda doc, sp, v=d["level"]: doc.markdown.level.get(sp) == v)
+    if "ordered" in d:
+        filters.append(lambda doc, sp, v=d["ordered"]: doc.markdown.ordered.get(sp) == v)
+    if "lang" in d:
+        filters.append(lambda doc, sp, v=d["lang"].lower(): doc.markdown.lang.get(sp) == v)
+    if "column" in d:
+        col = d["column"]
+        if isinstance(col, int):
+            filters.append(lambda doc, sp: doc.markdown.column.get(sp, (None, ""))[0] == col)
+        else:
+            want = col.strip().casefold()
+            filters.append(lambda doc, sp: doc.markdown.column.get(sp, (None, ""))[1].casefold() == want)
+
+    def get(doc: Doc, seg: Span) -> list[Span]:
+        spans = doc.within(unit, seg, kind, prose)
+        for f in filters:
+            spans = [sp for sp in spans if f(doc, sp)]
+        return spans
+
+    return get
+
+
+def _compile_scope(scope: list[dict]):
+    """The scope as a function doc, root -> [(span, missing, group)] in document order; `group` identifies
+    the parent segment of the last step, so that "previous" never crosses parents."""
+    steps = []
+    for step in scope:
+        get = _unit_getter(step)
+        sel = step["select"]
+        if sel == "each":
+            steps.append(lambda doc, seg, get=get: [(u, False) for u in get(doc, seg)])
+        elif sel == "at":
+            idx = step["indices"] if "indices" in step else [step["index"]]
+
+            def at(doc, seg, get=get, idx=idx):
+                units = get(doc, seg)
+                n = len(units)
+                return [(units[i], False) if -n <= i < n else (seg, True) for i in idx]
+            steps.append(at)
+        elif sel == "slice":
+            def cut(doc, seg, get=get, a=step.get("start"), b=step.get("stop")):
+                units = get(doc, seg)[a:b]
+                return [((units[0][0], units[-1][1]), False)] if units else [(seg, True)]
+            steps.append(cut)
+        else:
+            cond = _compile_condition(step["if"])
+            steps.append(lambda doc, seg, get=get, cond=cond: [(u, False) for u in get(doc, seg) if cond(doc, u)])
+
+    def select(doc: Doc, root: Span):
+        current = [(root, False, 0)]
+        for step in steps:
+            nxt = []
+            for parent_id, (seg, missing, _) in enumerate(current):
+                if missing:  # a missing segment has no parts; it stays one missing record
+                    nxt.append((seg, True, parent_id))
+                else:
+                    nxt.extend((sp, miss, parent_id) for sp, miss in step(doc, seg))
+            current = nxt
+        return current
+
+    return select
+
+
+def _compile_condition(cond):
+    parts = []
+    for c in cond if isinstance(cond, list) else [cond]:
+        measure = _compile_target(c["target"])
+        bounds, _ = _compile_range(c["range"])
+        parts.append((measure, bounds))
+
+    def holds(doc: Doc, span: Span) -> bool:
+        for measure, bounds in parts:
+            value = measure(doc, span)[0]
+            lo, hi, resolved = bounds(doc, None)
+            if not resolved or (lo is not None and value < lo) or (hi is not None and value > hi):
+                return False
+        return True
+
+    return holds
+
+
+# ---- range ----------------------------------------------------------------------------------------------
+
+def _compile_range(r: dict):
+    """`(bounds(doc, previous_value) -> (lo, hi, resolved), uses_previous)`; None bounds are infinite."""
+    uses_previous = False
+    parts = []
+    for key, v in r.items():
+        value, prev = _compile_value(v)
+        uses_previous |= prev
+        parts.append((key, value))
+
+    def bounds(doc: Doc, previous):
+        lo = hi = None
+        for key, value in parts:
+            x = value(doc, previous)
+            if x is None:
+                return None, None, False
+            if key in ("min", "ge", "eq", "gt"):
+                x_lo = x + 1 if key == "gt" else x
+                lo = x_lo if lo is None else max(lo, x_lo)
+            if key in ("max", "le", "eq", "lt"):
+                x_hi = x - 1 if key == "lt" else x
+                hi = x_hi if hi is None else min(hi, x_hi)
+        return lo, hi, True
+
+    return bounds, uses_previous
+
+
+def _compile_value(v):
+    """A bound's value: a number, "previous", a reference, or k times / plus such a value."""
+    if v == "previous":
+        return (lambda doc, prev: prev), True
+    if isinstance(v, dict) and ("times" in v or "plus" in v):
+        inner, prev = _compile_value(v["of"])
+        if "times" in v:
+            k = v["times"]
+            return (lambda doc, p: None if (x := inner(doc, p)) is None else _num(k * x)), prev
+        k = v["plus"]
+        return (lambda doc, p: None if (x := inner(doc, p)) is None else _num(x + k)), prev
+    if isinstance(v, dict):
+        select, measure = _compile_scope(v.get("scope", [])), _compile_target(v["target"])
+
+        def ref(doc: Doc, prev):
+            # A reference must select exactly one existing segment; otherwise the bound is unresolved.
+            picked = select(doc, doc.root)
+            if len(picked) != 1 or picked[0][1]:
+                return None
+            return measure(doc, picked[0][0])[0]
+        return ref, False
+    return (lambda doc, prev: v), False
+
+
+def _num(x):
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+# ---- targets --------------------------------------------------------------------------------------------
+# One table from a target's head key to its compiler; each compiled measure is (doc, span) -> (int, evidence).
+
+def _count(t: dict):
+    what = t["count"]
+    if what == "occurrence":
+        return _occurrences(t["any_of"] if "any_of" in t else [t["of"]], t.get("match", "word"),
+                            t.get("case", "insensitive"))
+    if what == "class":
+        return _CLASS[t["of"]]
+    get = _unit_getter(t, "count")
+    if "where" in t:  # extension X1: count only the units that meet the condition
+        cond = _compile_condition(t["where"])
+
+        def count_where(doc, span):
+            units = [u for u in get(doc, span) if cond(doc, u)]
+            return len(units), units or [span]
+        return count_where
+    if what in ("block", "element", "section"):
+        def count_structures(doc, span):
+            units = get(doc, span)
+            return len(units), units or [span]
+        return count_structures
+    return lambda doc, span: (len(get(doc, span)), [span])
+
+
+@lru_cache(maxsize=4096)
+def _phrase_re(s: str, match: str, case: str) -> re.Pattern:
+    body = r"\s+".join(re.escape(w) for w in s.split()) if s.strip() else re.escape(s)
+    if match == "word":
+        body = rf"(?<!\w){body}(?!\w)"
+    return re.compile(body, 0 if case == "sensitive" else re.IGNORECASE)
+
+
+def _occurrences(strings: list[str], match: str, case: str):
+    patterns = [_phrase_re(s, match, case) for s in strings]
+
+    def measure(doc, span):
+        s, e = span
+        text = doc.text[s:e]
+        hits = [(s + m.start(), s + m.end()) for p in patterns for m in p.finditer(text)]
+        return len(hits), hits or [span]
+    return measure
+
+
+def _regex_class(pattern: str):
+    rx = re.compile(pattern)
+
+    def measure(doc, span):
+        s, e = span
+        hits = [(s + m.start(), s + m.end()) for m in rx.finditer(doc.text[s:e])]
+        return sum(b - a for a, b in hits), _merge(hits) or [span]
+    return measure
+
+
+def _word_class(test):
+    def measure(doc, span):
+        hits = [w for w in doc.within("word", span) if test(doc.text[w[0]:w[1]])]
+        return len(hits), hits or [span]
+    return measure
+
+
+@lru_cache(maxsize=1)
+def _punctuation_measure():
+    # Unicode punctuation (categories P*) in the Basic Multilingual Plane, built on first use.
+    chars = "".join(chr(c) for c in range(0x10000) if unicodedata.category(chr(c)).startswith("P"))
+    return _regex_class("[" + re.escape(chars) + "]+")
+
+
+def _emoji(doc, span):
+    s, e = span
+    hits = [(s + m["match_start"], s + m["match_end"]) for m in emoji.emoji_list(doc.text[s:e])]
+    return len(hits), hits or [span]
+
+
+def _letters(word: str) -> str:
+    return "".join(ch for ch in word if ch.isalpha())
+
+
+def _char_class(test):
+    def measure(doc, span):
+        s, e = span
+        hits = [(i, i + 1) for i in range(s, e) if test(doc.text[i])]
+        return len(hits), _merge(hits) or [span]
+    return measure
+
+
+def _punctuation(doc, span):
+    return _punctuation_measure()(doc, span)
+
+
+_CLASS = {
+    "digit": _regex_class(r"\d+"),
+    "letter": _regex_class(r"[^\W\d_]+"),
+    "uppercase": _char_class(str.isupper),
+    "lowercase": _char_class(str.islower),
+    "punctuation": _punctuation,
+    "vowel": _regex_class(r"[aeiouAEIOU]+"),
+    "consonant": _regex_class(r"[b-df-hj-np-tv-zB-DF-HJ-NP-TV-Z]+"),
+    "emoji": _emoji,
+    "uppercase_word": _word_class(lambda w: w.isupper() and any(c.isalpha() for c in w)),
+    "capitalized_word": _word_class(lambda w: bool(_letters(w)) and _letters(w)[0].isupper()),
+    "lowercase_word": _word_class(lambda w: w.islower()),
+}
+
+
+def _depth(t: dict):
+    if t["depth"] == "list":
+        def list_depth(doc, span):
+            lists = [(sp, d) for sp, d in doc.markdown.list_depths if span[0] <= sp[0] and sp[1] <= span[1]]
+            if not lists:
+                return 0, [span]
+            base = min(d for _, d in lists)
+            return max(d for _, d in lists) - base + 1, [sp for sp, _ in lists]
+        return list_depth
+
+    def deepest_json(doc, span):
+        docs = [(sp, j) for sp, j in doc.markdown.json_docs if span[0] <= sp[0] and sp[1] <= span[1]]
+        if not docs:
+            return 0, [span]
+        return max(json_depth(j) for _, j in docs), [sp for sp, _ in docs]
+    return deepest_json
+
+
+def _has(t: dict):
+    wanted, how = t["has"], t.get("as", "text")
+    if how == "text":
+        patterns = [_phrase_re(s, t.get("match", "word"), t.get("case", "insensitive")) for s in wanted]
+
+        def present(doc, span):
+            s, e = span
+            text = doc.text[s:e]
+            hits = [m for m in (p.search(text) for p in patterns) if m]
+            ev = [(s + m.start(), s + m.end()) for m in hits]
+            return len(hits), ev if len(hits) == len(patterns) else ev + [span]
+        return present
+    fold = (lambda x: x) if t.get("case") == "sensitive" else str.casefold
+    keys = [fold(_bare(s)) for s in wanted]
+
+    def present_structure(doc, span):
+        if how == "heading":
+            found = {fold(_bare(doc.text[a:b])): (a, b) for a, b in doc.within("element", span, "heading")}
+        else:
+            found = {}
+            for sp, j in doc.markdown.json_docs:
+                if span[0] <= sp[0] and sp[1] <= span[1]:
+                    found.update((fold(k), sp) for k in _json_keys(j))
+        ev = [found[k] for k in keys if k in found]
+        return len(ev), ev if len(ev) == len(keys) else ev + [span]
+    return present_structure
+
+
+def _bare(s: str) -> str:
+    """Heading text without Markdown emphasis, surrounding punctuation or a trailing colon."""
+    return s.strip().strip("*_`#").strip().rstrip(":").strip()
+
+
+def _json_keys(doc):
+    stack = [doc]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            yield from (str(k) for k in x)
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+
+
+_FENCED = re.compile(r"\A```[^\n]*\n(.*?)\n?```\Z", re.S)
+
+
+def _valid(t: dict):
+    fmt = t["valid"]
+
+    def check(doc, span):
+        text = doc.text[span[0]:span[1]]
+        return int(_is_valid(fmt, text)), [span]
+    return check
+
+
+def _is_valid(fmt: str, text: str) -> bool:
+    text = text.strip()
+    if fmt in ("json", "yaml"):
+        m = _FENCED.match(text)
+        body = m.group(1) if m else text
+        try:
+            if fmt == "json":
+                json.loads(body)
+                return True
+            return isinstance(yaml.safe_load(body), (dict, list))
+        except (ValueError, RecursionError, yaml.YAMLError):
+            return False
+    if fmt == "integer":
+        return re.fullmatch(r"[+-]?\d+", text) is not None
+    if fmt == "decimal":
+        return re.fullmatch(r"[+-]?(?:\d+\.\d+|\.\d+)", text) is not None
+    if fmt == "number":
+        return re.fullmatch(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?", text) is not None
+    if fmt == "date":
+        try:
+            datetime.date.fromisoformat(text)
+            return True
+        except ValueError:
+            return False
+    if fmt == "email":
+        return re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s.]+", text) is not None
+    if fmt == "url":
+        return re.fullmatch(r"https?://[^\s/$.?#][^\s]*", text) is not None
+    letters = [c for c in text if c.isalpha()]
+    if fmt == "uppercase":
+        return bool(letters) and not any(c.islower() for c in letters)
+    if fmt == "lowercase":
+        return bool(letters) and not any(c.isupper() for c in letters)
+    # title_case: every word that has letters starts with an uppercase letter.
+    words = [_letters(w) for w in WORD_RE.findall(text)]
+    return any(words) and all(w[0].isupper() for w in words if w)
+
+
+def _matches(t: dict):
+    rx = re.compile(t["matches"])
+
+    def count(doc, span):
+        s, e = span
+        hits = [(s + m.start(), s + m.end()) for m in rx.finditer(doc.text[s:e]) if m.end() > m.start()]
+        return len(hits), hits or [span]
+    return count
+
+
+def _boundary(t: dict):
+    head = next(k for k in ("starts_with", "ends_with", "wrapped") if k in t)
+    fold = (lambda x: x) if t.get("case", "sensitive") == "sensitive" else str.casefold
+    if head == "wrapped":
+        left, right = t["wrapped"]
+    else:
+        left, right = (t[head], None) if head == "starts_with" else (None, t[head])
+
+    def check(doc, span):
+        s, e = strip_span(doc.text, *span)
+        text = fold(doc.text[s:e])
+        ok = (left is None or text.startswith(fold(left))) and (right is None or text.endswith(fold(right)))
+        if head == "wrapped":  # "()" wraps nothing when the two markers overlap
+            ok = ok and len(text) >= len(left) + len(right)
+        ev = []
+        if left is not None:
+            ev.append((s, min(e, s + max(len(left), 1))))
+        if right is not None:
+            ev.append((max(s, e - max(len(right), 1)), e))
+        return int(ok), ev or [span]
+    return check
+
+
+_MARKER = re.compile(r"^\s*(?:[-*+>]|\d+[.)]|#{1,6})\s+")
+
+
+def _unit_texts(doc, get, span):
+    units = get(doc, span)
+    return units, [doc.text[a:b] for a, b in units]
+
+
+def _sorted(t: dict):
+    get = _unit_getter(t)
+    numeric = t["sorted"] == "numeric"
+    descending = t.get("order") == "descending"
+
+    def key(text: str):
+        text = _MARKER.sub("", text)
+        if numeric:
+            m = re.search(r"-?\d+(?:\.\d+)?", text.replace(",", ""))
+            return float(m.group()) if m else None
+        return re.sub(r"^[\W_]+", "", text).casefold()
+
+    def out_of_order(doc, span):
+        units, texts = _unit_texts(doc, get, span)
+        keyed = [(u, k) for u, k in zip(units, map(key, texts)) if k is not None]
+        bad = [(a, b) for (a, ka), (b, kb) in zip(keyed, keyed[1:]) if (kb > ka if descending else kb < ka)]
+        return len(bad), [sp for pair in bad for sp in pair] or [span]
+    return out_of_order
+
+
+def _chain(t: dict):
+    get = _unit_getter(t)
+
+    def links(doc, span):
+        units = get(doc, span)
+        ends = []
+        for u in units:
+            words = doc.within("word", u)
+            ends.append((words[0], words[-1]) if words else None)
+        norm = lambda w: _norm(doc.text[w[0]:w[1]])
+        n = sum(1 for x, y in zip(ends, ends[1:]) if x and y and norm(x[1]) == norm(y[0]))
+        return n, [w for e in ends if e for w in e] or [span]
+    return links
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"^[\W_]+|[\W_]+$", "", text).casefold()
+
+
+def _acrostic(t: dict):
+    get = _unit_getter(t)
+    word = t["acrostic"]
+    fold = (lambda x: x) if t.get("case") == "sensitive" else str.casefold
+
+    def mismatches(doc, span):
+        units = get(doc, span)
+        firsts, ev = [], []
+        for a, b in units:
+            i = next((k for k in range(a, b) if doc.text[k].isalpha()), None)
+            firsts.append(fold(doc.text[i]) if i is not None else "")
+            if i is not None:
+                ev.append((i, i + 1))
+        target = [fold(ch) for ch in word if not ch.isspace()]
+        bad = sum(1 for x, y in zip(firsts, target) if x != y) + abs(len(firsts) - len(target))
+        return bad, ev or [span]
+    return mismatches
+
+
+def _key_fn(key: str):
+    """A unit's key for distinct and pairs (extensions X3, X4); dot-composed keys apply left to right."""
+    steps = key.split(".")
+
+    def apply(text: str):
+        x = text
+        for k in steps:
+            if x is None:
+                return None
+            if k == "text":
+                x = _norm(x)
+            elif k in ("first_word", "last_word"):
+                words = WORD_RE.findall(x)
+                x = (words[0] if k == "first_word" else words[-1]) if words else None
+                x = _norm(x) if x is not None and steps[-1] == k else x
+            elif k in ("first_letter", "last_letter"):
+                letters = [c for c in x if c.isalpha()]
+                x = (letters[0] if k == "first_letter" else letters[-1]).casefold() if letters else None
+            elif k in ("first_char", "last_char"):
+                x = (x[0] if k == "first_char" else x[-1]) if x else None
+            elif k == "letters":
+                x = sum(1 for c in x if c.isalpha())
+            elif k == "words":
+                x = len(WORD_RE.findall(x))
+            else:
+                x = len(x)
+        return x
+    return apply
+
+
+def _distinct(t: dict):
+    get = _unit_getter(t, "distinct")
+    key = _key_fn(t.get("by", "text"))
+    need = t.get("min_occurrences", 1)
+
+    def count(doc, span):
+        units, texts = _unit_texts(doc, get, span)
+        seen: dict = {}
+        for u, x in zip(units, map(key, texts)):
+            if x is not None:
+                seen.setdefault(x, []).append(u)
+        kept = [us for us in seen.values() if len(us) >= need]
+        return len(kept), [u for us in kept for u in us] or [span]
+    return count
+
+
+_REL = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+        "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+
+
+def _pairs(t: dict):
+    get = _unit_getter(t, "pairs")
+    left, right, rel = _key_fn(t["left"]), _key_fn(t["right"]), _REL[t["rel"]]
+
+    def count(doc, span):
+        units, texts = _unit_texts(doc, get, span)
+        hits = []
+        for (u, x), (v, y) in zip(zip(units, texts), zip(units[1:], texts[1:])):
+            a, b = left(x), right(y)
+            if a is not None and b is not None and type(a) is type(b) and rel(a, b):
+                hits += [u, v]
+        return len(hits) // 2, _merge(hits) or [span]
+    return count
+
+
+TARGETS = {
+    "count": _count, "depth": _depth, "has": _has, "valid": _valid, "matches": _matches,
+    "starts_with": _boundary, "ends_with": _boundary, "wrapped": _boundary, "sorted": _sorted,
+    "chain": _chain, "acrostic": _acrostic, "distinct": _distinct, "pairs": _pairs,
+}
+
+
+def _compile_target(t: dict):
+    head = next(k for k in TARGETS if k in t)
+    return TARGETS[head](t)
+
+
+def _merge(spans: list[Span]) -> list[Span]:
+    """Sorted spans with overlapping or touching ones joined."""
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+__all__ = ["Record", "Verdict", "verify", "verify_all", "verify_jsonl", "TARGETS", "ConstraintError"]
