@@ -26,9 +26,24 @@ from markdown_it import MarkdownIt
 Span = tuple[int, int]
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
-WORD_RE = re.compile(rf"[{_CJK}]|[^\s{_CJK}]*?[^\W_{_CJK}][^\s{_CJK}]*")
-_LINE_RE = re.compile(r"[^\n]*\S[^\n]*")
-_BLANK_RUN_RE = re.compile(r"\n[ \t\r\f\v]*\n\s*")
+# Words: runs of non-whitespace (each CJK ideograph alone) kept when they hold a letter or digit. Matching
+# runs first and testing them second keeps this linear on long runs of symbols ("[[[[...").
+_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\s{_CJK}]+")
+_ALNUM_RE = re.compile(r"[^\W_]")
+
+
+def word_spans(text: str, start: int = 0, end: int | None = None) -> list[Span]:
+    end = len(text) if end is None else end
+    return [m.span() for m in _TOKEN_RE.finditer(text, start, end) if _ALNUM_RE.search(text, *m.span())]
+
+
+def word_texts(text: str) -> list[str]:
+    return [text[a:b] for a, b in word_spans(text)]
+
+# Line breaks as CommonMark counts them (\r\n, \r, \n), so that line numbers agree with the parser's.
+_LINE_RE = re.compile(r"[^\r\n]*\S[^\r\n]*")
+_BLANK_RUN_RE = re.compile(r"(?:\r\n?|\n)[ \t\f\v]*(?:\r\n?|\n)\s*")
+_BREAK_RE = re.compile(r"\r\n?|\n")
 # A line that could open a Markdown block other than a paragraph. When no line matches, CommonMark yields
 # only paragraphs (the blank-line runs), so skipping the parser is exact, not a heuristic.
 _MARKDOWNISH_RE = re.compile(r"^(?: {4}|\t|[ ]{0,3}(?:[#>|:=_*+`~<-]|\d{1,9}[.)]))|\|", re.M)
@@ -36,7 +51,9 @@ BLOCK_KINDS = ("list", "table", "code", "json", "quote")
 ELEMENT_KINDS = ("list_item", "table_row", "table_cell", "heading", "json_pair")
 UNITS = ("response", "section", "block", "element", "paragraph", "line", "sentence", "word", "char")
 
-_MD = MarkdownIt("commonmark", {"maxNesting": 40}).enable("table")
+# Block structure only: the spans we need come from block tokens and the raw text of inline tokens, so the
+# inline pass (emphasis, links; quadratic on runs of brackets) is switched off.
+_MD = MarkdownIt("commonmark", {"maxNesting": 40}).enable("table").disable(["inline", "text_join"])
 _PUNKT = punkt.PunktSentenceTokenizer(punkt.load_model("english"))
 
 
@@ -83,8 +100,7 @@ class Doc:
 
     @cached_property
     def words(self) -> list[Span]:
-        s, e = self.root
-        return [m.span() for m in WORD_RE.finditer(self.text, s, e)]
+        return word_spans(self.text, *self.root)
 
     @cached_property
     def sentences(self) -> list[Span]:
@@ -102,15 +118,21 @@ class Doc:
         s, e = self.root
         if not _MARKDOWNISH_RE.search(self.text, s, e):
             return self.paragraphs
+        # A code block may hold blank lines; a sentence still never crosses a paragraph break, so each
+        # leaf is cut by the paragraphs it overlaps (both lists are sorted: one bisect per leaf).
+        paragraphs, ends = self.paragraphs, [pe for _, pe in self.paragraphs]
         leaves = []
         for a, b in self.markdown.leaves:
-            # A code block may hold blank lines; a sentence still never crosses a paragraph break.
-            for ps, pe in self.paragraphs:
-                lo, hi = max(a, ps), min(b, pe)
+            if not _BLANK_RUN_RE.search(self.text, a, b):
+                leaves.append((a, b))
+                continue
+            for i in range(bisect.bisect_right(ends, a), len(paragraphs)):
+                ps, pe = paragraphs[i]
+                if ps >= b:
+                    break
+                lo, hi = strip_span(self.text, max(a, ps), min(b, pe))
                 if lo < hi:
-                    lo, hi = strip_span(self.text, lo, hi)
-                    if lo < hi:
-                        leaves.append((lo, hi))
+                    leaves.append((lo, hi))
         leaves.sort()
         return leaves
 
@@ -163,7 +185,12 @@ class Doc:
             return [(i, i + 1) for i in range(s, e)]
         spans = self.units(unit, kind, prose)
         if unit in ("block", "element", "section"):
-            inside = [sp for sp in spans[bisect.bisect_left(spans, (s, -1)):] if sp[1] <= e and sp[0] < e]
+            inside = []
+            for i in range(bisect.bisect_left(spans, (s, -1)), len(spans)):
+                if spans[i][0] >= e:
+                    break
+                if spans[i][1] <= e:
+                    inside.append(spans[i])
             if unit == "block" and kind == "list":
                 inside = [a for a in inside if not any(b != a and b[0] <= a[0] and a[1] <= b[1] for b in inside)]
             return inside
@@ -172,18 +199,15 @@ class Doc:
         # Text units are disjoint and sorted, so their ends are sorted too.
         ends = self._ends(unit, prose)
         out = []
-        for a, b in spans[bisect.bisect_right(ends, s):]:
+        for i in range(bisect.bisect_right(ends, s), len(spans)):
+            a, b = spans[i]
             if a >= e:
                 break
             a, b = max(a, s), min(b, e)
             if unit != "word":
                 a, b = strip_span(self.text, a, b)
-            elif not WORD_RE.fullmatch(self.text, a, b):
-                # A word cut by the segment boundary keeps only its part that is still a word.
-                m = WORD_RE.search(self.text, a, b)
-                if not m:
-                    continue
-                a, b = m.span()
+            elif not _ALNUM_RE.search(self.text, a, b):
+                continue  # the part of a cut word inside the segment holds no letter or digit
             if a < b:
                 out.append((a, b))
         return out
@@ -212,7 +236,7 @@ class _Markdown:
         self.text = text
         src = text[start:end]
         # Line i of src starts at line_starts[i] (absolute offset); one sentinel past the end.
-        self.line_starts = [start] + [start + m.end() for m in re.finditer("\n", src)] + [end + 1]
+        self.line_starts = [start] + [start + m.end() for m in _BREAK_RE.finditer(src)] + [end + 1]
         self.blocks: dict[str, list[Span]] = {k: [] for k in BLOCK_KINDS}
         self.elements: dict[str, list[Span]] = {k: [] for k in ELEMENT_KINDS}
         self.leaves: list[Span] = []

@@ -23,7 +23,7 @@ import yaml
 
 from ifcore import rewards
 from ifcore.schema import Constraint, ConstraintError
-from ifcore.text import WORD_RE, Doc, Span, json_depth, strip_span
+from ifcore.text import Doc, Span, json_depth, strip_span, word_texts
 
 Measure = tuple[int, list[Span]]
 
@@ -493,7 +493,7 @@ def _is_valid(fmt: str, text: str) -> bool:
     if fmt == "lowercase":
         return bool(letters) and not any(c.isupper() for c in letters)
     # title_case: every word that has letters starts with an uppercase letter.
-    words = [_letters(w) for w in WORD_RE.findall(text)]
+    words = [_letters(w) for w in word_texts(text)]
     return any(words) and all(w[0].isupper() for w in words if w)
 
 
@@ -608,7 +608,7 @@ def _key_fn(key: str):
             if k == "text":
                 x = _norm(x)
             elif k in ("first_word", "last_word"):
-                words = WORD_RE.findall(x)
+                words = word_texts(x)
                 x = (words[0] if k == "first_word" else words[-1]) if words else None
                 x = _norm(x) if x is not None and steps[-1] == k else x
             elif k in ("first_letter", "last_letter"):
@@ -619,7 +619,7 @@ def _key_fn(key: str):
             elif k == "letters":
                 x = sum(1 for c in x if c.isalpha())
             elif k == "words":
-                x = len(WORD_RE.findall(x))
+                x = len(word_texts(x))
             else:
                 x = len(x)
         return x
