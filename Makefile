@@ -8,14 +8,24 @@ NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 
 .PHONY: install test reproduce bench clean-cache
 
-install: $(STAMP)
+# The OpenRLHF launch command in docs/integrations.md is checked against this release's own argument parser,
+# read from its wheel (pure Python). Downloaded, never installed: its dependencies are GPU-only.
+OPENRLHF_WHEEL_DIR := .cache/openrlhf-0.11.2
+
+install: $(STAMP) $(OPENRLHF_WHEEL_DIR)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[cpu,dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+$(OPENRLHF_WHEEL_DIR): | $(STAMP)
+	rm -rf $@.tmp
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --python-version 3.11 --platform manylinux1_x86_64 -d $@.tmp 'openrlhf==0.11.2'
+	mv $@.tmp $@
+
+test: $(STAMP) $(OPENRLHF_WHEEL_DIR)
 	$(PY) -m pytest -q
 
 # Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/.

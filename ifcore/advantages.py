@@ -1,0 +1,91 @@
+"""Group-relative advantages: GRPO group_norm, RAIF's superior-CoT filter (eq. 7) and RTT token advantages.
+
+Pure numpy. A group is the last axis: [G] for one prompt's rollouts, [B, G] for B prompts. Torch tensors are
+accepted by duck typing (torch is never imported here); results are numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# Below this a standard deviation is float noise of a constant input, not spread.
+_FLAT = 1e-9
+
+
+def _as_array(x, dtype=float) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor, without importing torch
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def group_norm(rewards) -> np.ndarray:
+    """GRPO advantage (RAIF eq. 2, RTT section 3.2): (r - mean) / (std + 1e-9) over each group (last axis).
+
+    std is the sample standard deviation (ddof=1), as OpenRLHF's `group_norm` estimator computes it with
+    torch's default `std`. A constant group (std below 1e-9), or a group of one, gives exactly 0.
+    """
+    r = _as_array(rewards)
+    if r.shape[-1] < 2:
+        return np.zeros_like(r)
+    sd = r.std(axis=-1, ddof=1, keepdims=True)
+    # A constant group's float noise (mean of 0.1s is not exactly 0.1) would leak through as +-1e-8.
+    return np.where(sd > _FLAT, (r - r.mean(axis=-1, keepdims=True)) / (sd + 1e-9), 0.0)
+
+
+def identical_pair_fraction(rewards, atol: float = 1e-9):
+    """Share of the G(G-1)/2 response pairs of a group with equal rewards (ScopeIF Fig. 4b, reward sparsity).
+
+    [G] gives a float, [B, G] a [B] array. A group of one has no pair and gives 0.
+    """
+    r = _as_array(rewards)
+    g = r.shape[-1]
+    if g < 2:
+        out = np.zeros(r.shape[:-1])
+    else:
+        equal = np.abs(r[..., :, None] - r[..., None, :]) <= atol
+        upper = np.triu(np.ones((g, g), dtype=bool), k=1)
+        out = (equal & upper).sum(axis=(-2, -1)) / (g * (g - 1) / 2)
+    return float(out) if out.ndim == 0 else out
+
+
+def superior_cot_keep(r_think, r_nothink):
+    """RAIF eq. 7: keep a prompt's group iff max(R_accuracy with CoT) >= min(R_accuracy without CoT).
+
+    Both are accuracy rewards over the group (last axis); [G] gives a bool, [B, G] a [B] bool array.
+    """
+    keep = _as_array(r_think).max(axis=-1) >= _as_array(r_nothink).min(axis=-1)
+    return bool(keep) if np.ndim(keep) == 0 else keep
+
+
+def token_rtt(relevance, satisfied, response_adv, alpha: float = 1.0, beta: float = 0.5, mode: str = "intra"):
+    """RTT-GRPO token advantages (RTT sections 4.2.1-4.2.2, eq. 7; the inter-sample ablation of section 3.2).
+
+    relevance: G arrays [T_i, C] of discriminator probabilities p; satisfied: [G, C]; response_adv: [G].
+    Token reward r = Score * p with Score = 2 (I - 0.5). mode "intra" standardizes r per response and
+    constraint over its T_i tokens; "inter" per constraint over all tokens of the group. The standard
+    deviation is the population one and a constant column gives 0. A_tok is the mean over constraints;
+    the result, one [T_i] array per response, is alpha * A_res + beta * A_tok.
+    """
+    if mode not in ("intra", "inter"):
+        raise ValueError(f"token_rtt: mode must be 'intra' or 'inter', got {mode!r}")
+    p = [_as_array(x) for x in relevance]
+    score = 2.0 * (_as_array(satisfied, bool).astype(float) - 0.5)
+    adv = _as_array(response_adv).reshape(-1)
+    if not (len(p) == len(score) == len(adv)):
+        raise ValueError(f"token_rtt: {len(p)} relevance arrays, {len(score)} satisfied rows, "
+                         f"{len(adv)} response advantages; all must be G")
+    for i, x in enumerate(p):
+        if x.ndim != 2 or x.shape[1] != score.shape[1]:
+            raise ValueError(f"token_rtt: relevance[{i}] has shape {x.shape}, expected [T, {score.shape[1]}]")
+    r = [x * s for x, s in zip(p, score)]
+    if mode == "inter":
+        # One normalization group per constraint: every token of every response (length-biased, RTT app. D).
+        pooled = np.concatenate(r, axis=0) if r else np.zeros((0, score.shape[1]))
+        stats = [(pooled.mean(axis=0), pooled.std(axis=0)) if len(pooled) else (0.0, 0.0)] * len(r)
+    else:
+        stats = [(x.mean(axis=0), x.std(axis=0)) if len(x) else (0.0, 0.0) for x in r]
+    out = []
+    for x, (mu, sd), a in zip(r, stats, adv):
+        z = np.where(sd > _FLAT, (x - mu) / np.where(sd > _FLAT, sd, 1.0), 0.0)
+        a_tok = z.mean(axis=1) if z.shape[1] else np.zeros(len(z))
+        out.append(alpha * a + beta * a_tok)
+    return out

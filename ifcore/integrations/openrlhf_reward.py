@@ -1,0 +1,74 @@
+"""OpenRLHF 0.11.x reward function: pass this file's path as `--reward.remote_url`.
+
+OpenRLHF loads the file with importlib (so imports here are absolute) and calls
+`reward_func(queries, prompts, labels)` from a thread, once per rollout: `queries` are
+`tokenizer.decode(prompt_ids + response_ids, skip_special_tokens=False)`, `prompts` the chat-templated prompt
+strings, `labels` the `--data.label_key` column (schema v1 constraints). It reads back `rewards` (advantages),
+`scores` (dynamic filtering, in [0, 1]) and `extra_logs` (one scalar per key, averaged over samples; every
+sample must carry the same keys).
+
+Settings: IFCORE_REWARD, IFCORE_THINK, IFCORE_ALPHA (see ifcore.integrations) and IFCORE_EOS, the
+comma-separated end-of-sequence strings a finished response ends with. OpenRLHF does not tell a reward
+function that a response hit the length limit, but a finished one ends with its EOS token's text; a
+response ending with none of them is truncated and gated to 0 (ScopeIF appendix D). IFCORE_EOS="" turns
+that detection off.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ifcore.integrations import load_constraints, log_keys, sample_logs, settings
+from ifcore.rewards import score_response
+
+# ChatML/Qwen, GPT-style, Llama 2/Mistral, Llama 3, DeepSeek, Gemma, Phi-3, gpt-oss.
+DEFAULT_EOS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>",
+               "<end_of_turn>", "<eos>", "<|end|>", "<|return|>")
+# Anomalies of recovering the response from the query, logged next to sample_logs' keys.
+RECOVERY_KEYS = ("prompt_mismatch", "prompt_not_found")
+
+
+def _split_query(query: str, prompt: str) -> tuple[str, str | None]:
+    """(response, anomaly). The query normally starts with the prompt; a tokenizer round trip or a
+    left-truncated prompt can change its head, so fall back to the prompt's tail, then to the whole query."""
+    if query.startswith(prompt):
+        return query[len(prompt):], None
+    for k in (256, 64, 16):
+        tail = prompt[-k:]
+        i = query.find(tail) if tail else -1
+        if i >= 0:
+            return query[i + len(tail):], "prompt_mismatch"
+    return query, "prompt_not_found"
+
+
+def reward_func(queries, prompts, labels, **kwargs):
+    """OpenRLHF's `reward_func` convention (examples/python/reward_func.py): rewards and scores are float
+    tensors [len(queries)], extra_logs maps each of a fixed set of names to the batch mean (a float)."""
+    if not (len(queries) == len(prompts) == len(labels)):
+        raise ValueError(f"reward_func: {len(queries)} queries, {len(prompts)} prompts, {len(labels)} labels")
+    kind, think, alpha = settings()
+    eos = tuple(m for m in os.environ.get("IFCORE_EOS", ",".join(DEFAULT_EOS)).split(",") if m)
+    rewards, scores = [], []
+    totals = dict.fromkeys(log_keys(RECOVERY_KEYS), 0.0)
+    for query, prompt, label in zip(queries, prompts, labels):
+        prompt = prompt if isinstance(prompt, str) else str(prompt)
+        constraints = load_constraints(label, f"label of the prompt ending {' '.join(prompt.split())[-100:]!r}")
+        response, anomaly = _split_query(query if isinstance(query, str) else "", prompt)
+        # A finished response ends with an EOS token's text (and maybe a second one, as ChatML + endoftext).
+        response, finished = response.rstrip(), False
+        while any(response.endswith(m) for m in eos):
+            m = next(m for m in eos if response.endswith(m))
+            response, finished = response[:-len(m)].rstrip(), True
+        result = score_response(response, constraints, kind, alpha, think, truncated=bool(eos) and not finished)
+        rewards.append(result["reward"])
+        # Dynamic filtering reads scores in [0, 1]: RAIF's [-3, 3] is mapped linearly, the others already are.
+        scores.append((result["reward"] + 3.0) / 6.0 if kind == "raif" else result["reward"])
+        for k, v in sample_logs(result, constraints).items():
+            totals[k] += v
+        if anomaly:
+            totals[anomaly] += 1.0
+    n = max(len(queries), 1)
+    return {"rewards": torch.tensor(rewards, dtype=torch.float32),
+            "scores": torch.tensor(scores, dtype=torch.float32),
+            "extra_logs": {k: v / n for k, v in totals.items()}}

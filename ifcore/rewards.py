@@ -1,0 +1,210 @@
+"""Response-level rewards: ScopeIF's graded and hierarchical reward (eq. 5-10), the ILA/CLA baselines and
+RAIF's rule-centric reward (eq. 4-6), plus the format gate and the one composite every adapter calls.
+
+Every reward is a pure function of verdict data. The per-response ones take one response's constraints as a
+1-D sequence and return a float, or a batch ([B, C] array, or a ragged list of rows) and return a [B] array;
+torch tensors are accepted by duck typing (torch is never imported here).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+KINDS = ("ila", "cla", "scopeif", "scopeif_flat", "raif")
+THINK_MODES = ("auto", "required", "none", "raif")
+SELECTORS = ("Global", "Traversal", "Position", "Condition", "Nested")
+
+
+def _as_array(x, dtype=float) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor, without importing torch
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
+def _rowwise(fn, *columns):
+    """fn over [..., C] arrays; a ragged batch (rows with different |C|) is taken row by row."""
+    try:
+        arrays = [_as_array(x, dtype) for x, dtype in columns]
+    except ValueError:  # numpy refuses ragged nesting
+        rows = len(columns[0][0])
+        return np.array([_rowwise(fn, *[(x[i], dtype) for x, dtype in columns]) for i in range(rows)])
+    out = fn(*arrays)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def graded(lo, hi, actual, alpha: float = 3.0):
+    """Graded reward of one record, ScopeIF eq. 5, 8, 9: r = exp(-alpha d / s).
+
+    d = max(lo - a, a - hi, 0) (eq. 8); s = max(1, (max(lo,0) + max(hi,0)) / 2) when hi is finite, else
+    max(1, max(lo,0)) (eq. 9). A None (or NaN) bound is infinite; a None (or NaN) actual is a missing
+    segment and grades 0. Scalars give a float; arrays broadcast and give an array.
+    """
+    if all(v is None or isinstance(v, (int, float)) for v in (lo, hi, actual)):
+        # Verdict.graded calls this once per record: the scalar path stays in plain floats.
+        if actual is None or actual != actual:
+            return 0.0
+        lo = -math.inf if lo is None or lo != lo else float(lo)
+        hi = math.inf if hi is None or hi != hi else float(hi)
+        d = max(lo - actual, actual - hi, 0.0)
+        if d == 0.0:
+            return 1.0
+        lbar = max(lo, 0.0)
+        s = max(1.0, (lbar + max(hi, 0.0)) / 2) if hi < math.inf else max(1.0, lbar)
+        return math.exp(-alpha * d / s)
+    lo, hi, a = (_as_array(v) for v in (lo, hi, actual))  # None -> NaN under dtype=float
+    lo = np.where(np.isnan(lo), -np.inf, lo)
+    hi = np.where(np.isnan(hi), np.inf, hi)
+    with np.errstate(invalid="ignore"):  # inf - inf when actual is itself infinite
+        d = np.fmax(np.fmax(lo - a, a - hi), 0.0)
+    lbar = np.maximum(lo, 0.0)
+    s = np.where(np.isfinite(hi), np.maximum(1.0, (lbar + np.maximum(hi, 0.0)) / 2), np.maximum(1.0, lbar))
+    r = np.where(np.isnan(a), 0.0, np.exp(-alpha * d / s))
+    return float(r) if r.ndim == 0 else r
+
+
+def ila(satisfied):
+    """Instruction-level accuracy (ScopeIF section 3, the RL-ILA baseline): 1 iff every constraint holds."""
+    return _rowwise(lambda s: s.all(axis=-1).astype(float), (satisfied, bool))
+
+
+def cla(satisfied):
+    """Constraint-level accuracy (ScopeIF section 3, the RL-CLA baseline): the satisfied fraction.
+
+    An empty constraint set is vacuously satisfied and scores 1.
+    """
+    return _rowwise(lambda s: s.mean(axis=-1) if s.shape[-1] else np.ones(s.shape[:-1]), (satisfied, float))
+
+
+def _hierarchical(s, g):
+    n = s.shape[-1]
+    if n == 0:
+        return np.ones(s.shape[:-1])
+    violated = ~s
+    nviol = violated.sum(axis=-1)
+    graded_mean = np.where(violated, g, 0.0).sum(axis=-1) / np.maximum(nviol, 1)
+    return (s.sum(axis=-1) + graded_mean) / n
+
+
+def scopeif(satisfied, graded):
+    """ScopeIF hierarchical reward, eq. 7: R = (sum_i I_i + mean_{i in F} g_i) / |C|.
+
+    F is the set of violated constraints; the graded term is 0 when F is empty. With m constraints
+    satisfied (and g_i < 1 for the violated ones, as eq. 5 guarantees) m/|C| <= R < (m+1)/|C|.
+    """
+    return _rowwise(_hierarchical, (satisfied, bool), (graded, float))
+
+
+def scopeif_flat(graded):
+    """ScopeIF "wo HRA" ablation (Table 1): the plain mean of the graded rewards g_i (eq. 6)."""
+    return _rowwise(lambda g: g.mean(axis=-1) if g.shape[-1] else np.ones(g.shape[:-1]), (graded, float))
+
+
+def _raif(s, ok):
+    n = s.shape[-1]
+    nsat = s.sum(axis=-1)
+    frac = nsat / max(n, 1)
+    accuracy = np.where(nsat == n, 2.0, np.where(nsat > 0, frac, -2.0))
+    return np.where(ok, 1.0 + accuracy, -1.0 - 2.0)
+
+
+def raif(satisfied, format_ok):
+    """RAIF rule-centric reward, eq. 4-6: R = R_format + R_accuracy.
+
+    R_format = +1 if the format holds, else -1 (eq. 4). R_accuracy (eq. 5) = +2 when every constraint is
+    followed, the followed fraction when some are, -2 when none are; the answer is only extracted and
+    judged when the format holds, so a format failure also gets -2 (R = -3).
+    """
+    return _rowwise(_raif, (satisfied, bool), (format_ok, bool))
+
+
+def format_gate(response: str, think: str = "auto", truncated: bool = False) -> tuple[int, int, str | None]:
+    """The format reward of ScopeIF appendix D (eq. 10) and RAIF eq. 4: where the answer lies, or why not.
+
+    Returns (start, end, problem): response[start:end] holds the text to verify, and problem is None when
+    the format reward is 1 (RAIF: +1). Problems: "truncated" (cut at the generation limit), "unclosed_think"
+    (a `<think>` after the last `</think>`, or none closed), "missing_think" (think="required" without
+    `</think>`), "raif_format" (think="raif" without `<think>...</think><answer>...</answer>` at the end).
+    Modes: "auto" verifies the text after the last `</think>` when there is one; "required" also demands
+    it (the template may have opened `<think>` in the prompt); "none" requires no think block (the text
+    after a stray `</think>` is still what gets verified); "raif" verifies what lies inside `<answer>`.
+    """
+    if think not in THINK_MODES:
+        raise ValueError(f"think must be one of {THINK_MODES}, got {think!r}")
+    close = response.rfind("</think>")
+    start = 0 if close < 0 else close + len("</think>")
+    if truncated:
+        return start, len(response), "truncated"
+    if think == "none":
+        return start, len(response), None
+    if response.rfind("<think>") > close:
+        return start, len(response), "unclosed_think"
+    if think == "auto":
+        return start, len(response), None
+    if close < 0:
+        return 0, len(response), "missing_think" if think == "required" else "raif_format"
+    if think == "required":
+        return start, len(response), None
+    # RAIF: <think>...</think> then <answer>...</answer> closing the response (whitespace aside).
+    tail = response[start:]
+    body = tail.strip()
+    if (response.find("<think>") < 0 or not body.startswith("<answer>") or not body.endswith("</answer>")
+            or len(body) < len("<answer></answer>")):
+        return start, len(response), "raif_format"
+    a = start + tail.index("<answer>") + len("<answer>")
+    return a, start + tail.rindex("</answer>"), None
+
+
+def score_response(response: str, constraints, kind: str = "scopeif", alpha: float = 3.0, think: str = "auto",
+                   truncated: bool = False) -> dict:
+    """The reward of one response under every constraint of its instruction: the one composite that the
+    OpenRLHF, TRL and verl adapters and the embedded trainer call.
+
+    Gate (format_gate), then one `Doc` per response shared by all its constraints, `verify` each, and the
+    `kind` reward: "ila", "cla", "scopeif" (eq. 7), "scopeif_flat" (wo HRA) -- each times the format reward
+    (eq. 10, 0 or 1) -- or "raif" (eq. 4-6, -3 on a format failure). A failed gate verifies nothing and
+    counts every constraint violated with g = 0. Never raises on the response text: a verifier exception is
+    recorded in "errors" and its constraint counted violated with g = 0.
+
+    Returns reward, satisfied (list of bool), graded (list of g_i, eq. 6), format_ok, problem (format_gate's),
+    answer (the verified text), offset (add it to a verdict span to index `response`), verdicts (one per
+    constraint, None where nothing was verified: their evidence spans are RTT's relevance labels) and errors.
+    """
+    from ifcore.text import Doc  # verify imports this module for graded(): import at call time
+    from ifcore.verify import verify
+
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if not isinstance(response, str):
+        response = "" if response is None else str(response)
+    start, end, problem = format_gate(response, think, truncated)
+    n = len(constraints)
+    verdicts, errors = [None] * n, []
+    satisfied, grades = [False] * n, [0.0] * n
+    offset, answer = 0, ""
+    if problem is None:
+        offset = start if think == "raif" else 0
+        doc = Doc(response[start:end] if think == "raif" else response)
+        answer = doc.text[doc.root[0]:doc.root[1]]
+        for i, c in enumerate(constraints):
+            try:
+                verdicts[i] = verify(c, doc)
+                satisfied[i], grades[i] = bool(verdicts[i].satisfied), float(verdicts[i].graded(alpha))
+            except Exception as e:  # a verifier bug must not stop a training run; it is reported
+                verdicts[i] = None
+                errors.append(f"constraint {i}: {type(e).__name__}: {e}")
+    ok = problem is None
+    if kind == "raif":
+        reward = raif(satisfied, ok)
+    elif not ok:
+        reward = 0.0
+    elif kind == "ila":
+        reward = ila(satisfied)
+    elif kind == "cla":
+        reward = cla(satisfied)
+    elif kind == "scopeif":
+        reward = scopeif(satisfied, grades)
+    else:
+        reward = scopeif_flat(grades)
+    return {"reward": float(reward), "satisfied": satisfied, "graded": grades, "format_ok": ok,
+            "problem": problem, "answer": answer, "offset": offset, "verdicts": verdicts, "errors": errors}

@@ -1,0 +1,514 @@
+"""Factorized constraint synthesis without an LLM (ScopeIF section 4.2; templates where the paper prompts an LLM).
+
+The paper enumerates compatible Scope x Target x Range categories, instantiates atomic constraints from each
+combination, and crosses them over into multi-constraint instructions whose feasibility a strong LLM vouches
+for. Here:
+- `FAMILIES` is the enumeration: every compatible (scope, target) pair of schema v1 that a plain-text or
+  light-Markdown response can carry, each with its wording templates; the range category is chosen per
+  instance among those the measurement admits (One-Sided Bounds, Intervals, Equality, Prohibition,
+  Comparison, Arithmetic Relations).
+- The compatibility check is constructive: an instruction is built around a sampled *witness* response,
+  each constraint's parameters are drawn so that the witness satisfies it, and `ifcore.verify` confirms the
+  witness satisfies all of them before the instruction is kept. Every instruction is feasible, and the
+  witness is a free behaviour-cloning target (`sft_pairs`, hindsight relabelling).
+- Everything is a function of the seed.
+
+`ifcore synth` writes a ScopeInstruct-style JSONL (prompt, label = {"constraints": [...]}) that OpenRLHF reads
+as a prompt dataset as it is, with train/test splits and a statistics file: the Scope/Target/Range
+distribution (as in the paper's Fig. 5/6) and diversity (Self-BLEU-4, Distinct-2, Entropy-4, as in Table 5).
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from pathlib import Path
+
+from ifcore.schema import Constraint
+from ifcore.text import Doc
+from ifcore.verify import verify
+
+SYNTH_VERSION = 1
+
+TOPICS = ["the sea", "a mountain walk", "winter mornings", "a small garden", "the city at night", "a river",
+          "an old library", "the desert", "a train journey", "autumn leaves", "a busy market", "the stars",
+          "a quiet village", "the rain", "a lighthouse", "a forest path", "spring flowers", "a summer storm",
+          "the harbor", "a bakery", "a long bridge", "the moon", "a snowy field", "an island", "the wind",
+          "a mountain lake", "a farm at dawn", "the museum", "an old clock", "a river boat"]
+GENRES = ["a short description of", "a few calm lines about", "a short story about", "a brief note about",
+          "a reflection on", "a short report on", "a simple poem about", "some notes about"]
+NOUNS = ["river", "stone", "bird", "tree", "road", "light", "cloud", "boat", "field", "house", "wind", "star",
+         "hill", "door", "lamp", "garden", "bridge", "window", "path", "snow", "rain", "leaf", "city", "sea",
+         "moon", "sun", "flower", "shadow", "wall", "market", "book", "clock", "train", "voice", "song", "fire"]
+ADJS = ["cold", "quiet", "bright", "old", "small", "green", "dark", "warm", "soft", "tall", "slow", "clear",
+        "calm", "wild", "gentle", "golden", "empty", "deep", "pale", "silver"]
+VERBS = ["runs", "waits", "falls", "shines", "moves", "rests", "turns", "stands", "sings", "glows", "drifts",
+         "sleeps", "grows", "burns", "fades", "returns"]
+ADVERBS = ["slowly", "softly", "again", "today", "alone", "still", "gently", "quietly", "there", "now"]
+PREPS = ["by", "near", "under", "over", "beside", "across", "behind", "beyond"]
+SHOUT = ["NOW", "STOP", "LOOK", "WAIT", "HERE"]
+
+# Witness sizes: "tiny" fits the embedded CPU policy; "full" gives ~300-word responses (benchmarks, examples).
+PROFILES = {
+    "tiny": {"paragraphs": (1, 3), "sentences": (1, 3), "words": (3, 6), "list_p": 0.15, "items": (2, 4),
+             "heading_p": 0.1, "max_constraints": 3},
+    "full": {"paragraphs": (4, 7), "sentences": (3, 6), "words": (9, 18), "list_p": 0.3, "items": (3, 6),
+             "heading_p": 0.3, "max_constraints": 6},
+}
+
+ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"]
+UNIT_LABEL = {"response": "Entire Response", "paragraph": "Paragraph", "sentence": "Sentence", "line": "Line",
+              "word": "Word", "char": "Character", "block": "Structural Block", "element": "Structural Element",
+              "section": "Structural Block"}
+
+
+# ---- witness responses ------------------------------------------------------------------------------------
+
+def _sentence(rng: random.Random, n_words: int, topic_word: str) -> list[str]:
+    """About n_words words (phrases are never cut): subject, verb, then adverbs and prepositional phrases,
+    now and then a number or a shouted word, so that digit and capital-word constraints have material."""
+    words = [rng.choice(["The", "A", "This", "One"]), rng.choice(ADJS), rng.choice(NOUNS + [topic_word]),
+             rng.choice(VERBS)]
+    while len(words) < n_words:
+        r = rng.random()
+        if r < 0.1:
+            words += [str(rng.randint(2, 12)), rng.choice(NOUNS) + "s"]
+        elif r < 0.15:
+            words.append(rng.choice(SHOUT))
+        elif r < 0.5:
+            words.append(rng.choice(ADVERBS))
+        else:
+            words += [rng.choice(PREPS), "the", rng.choice(NOUNS)]
+    return words
+
+
+def witness(rng: random.Random, topic: str, profile: str = "tiny") -> str:
+    """A response built from a small grammar: paragraphs of sentences, sometimes a heading or a bulleted
+    list; some are chained (each sentence starts with the previous one's last word) or have sorted items."""
+    p = PROFILES[profile]
+    topic_word = topic.split()[-1]
+    chained = rng.random() < 0.15
+    blocks = []
+    for b in range(rng.randint(*p["paragraphs"])):
+        if rng.random() < p["heading_p"]:
+            blocks.append("## " + " ".join(w.capitalize() for w in [rng.choice(ADJS), rng.choice(NOUNS)]))
+        if b > 0 and rng.random() < p["list_p"]:
+            items = [f"{rng.choice(ADJS)} {rng.choice(NOUNS)}" for _ in range(rng.randint(*p["items"]))]
+            if rng.random() < 0.5:
+                items.sort()
+            blocks.append("\n".join(f"- {it}" for it in items))
+            continue
+        sentences, last = [], None
+        for _ in range(rng.randint(*p["sentences"])):
+            words = _sentence(rng, rng.randint(*p["words"]), topic_word)
+            if chained and last:
+                words[0] = last.capitalize()
+            last = words[-1]
+            end = "." if rng.random() < 0.85 else rng.choice("!?")
+            sentences.append(" ".join(words) + end)
+        blocks.append(" ".join(sentences))
+    return "\n\n".join(blocks)
+
+
+# ---- the enumeration: scopes x targets (FAMILIES), ranges chosen per instance -------------------------------
+
+def _scopes(doc: Doc, rng: random.Random, words_in: list[str]):
+    """Candidate scopes for one witness: (name, scope steps, phrase). Positions index units that exist."""
+    n_par, n_sen = len(doc.paragraphs), len(doc.sentences)
+    out = {"global": ([], rng.choice(["Your response", "The whole response", "Your answer"])),
+           "each_paragraph": ([{"unit": "paragraph", "select": "each"}], rng.choice(["Each paragraph",
+                                                                                      "Every paragraph"])),
+           "each_sentence": ([{"unit": "sentence", "select": "each"}], rng.choice(["Each sentence",
+                                                                                    "Every sentence"]))}
+    i = rng.choice([0, n_par - 1]) if n_par > 1 else 0
+    out["nth_paragraph"] = ([{"unit": "paragraph", "select": "at", "index": i if i == 0 else -1}],
+                            "The first paragraph" if i == 0 else "The last paragraph")
+    j = rng.randrange(min(n_sen, 3)) if n_sen else 0
+    out["nth_sentence"] = ([{"unit": "sentence", "select": "at", "index": j}], f"The {ORDINALS[j]} sentence")
+    out["last_sentence_each_paragraph"] = (
+        [{"unit": "paragraph", "select": "each"}, {"unit": "sentence", "select": "at", "index": -1}],
+        rng.choice(["The last sentence of each paragraph", "The final sentence of every paragraph"]))
+    if words_in:
+        w = rng.choice(words_in)
+        out["sentences_with_word"] = (
+            [{"unit": "sentence", "select": "where",
+              "if": {"target": {"count": "occurrence", "of": w}, "range": {"min": 1}}}],
+            f"Every sentence that contains the word \"{w}\"")
+    if doc.markdown.elements["list_item"]:
+        out["each_item"] = ([{"unit": "element", "kind": "list_item", "select": "each"}],
+                            rng.choice(["Each bullet point", "Every bullet point"]))
+    if doc.markdown.elements["heading"]:
+        out["each_heading"] = ([{"unit": "element", "kind": "heading", "select": "each"}], "Each heading")
+    return out
+
+
+# Targets: (name, target dict builder, noun phrase (plural), singular, primary, secondary, scopes it fits).
+def _targets(doc: Doc, rng: random.Random, present: list[str]):
+    absent = [w for w in NOUNS + ADJS if w not in present]
+    kw = rng.choice(present) if present else rng.choice(NOUNS)
+    ban = rng.choice(absent)
+    text_scopes = ("global", "each_paragraph", "each_sentence", "nth_paragraph", "nth_sentence",
+                   "last_sentence_each_paragraph", "sentences_with_word", "each_item")
+    return {
+        "words": ({"count": "word"}, "words", "word", "Capacity", "Text Length", text_scopes),
+        "chars": ({"count": "char"}, "characters", "character", "Capacity", "Text Length",
+                  ("global", "nth_sentence", "each_item")),
+        "sentences": ({"count": "sentence"}, "sentences", "sentence", "Capacity", "Unit Count",
+                      ("global", "each_paragraph", "nth_paragraph")),
+        "paragraphs": ({"count": "paragraph"}, "paragraphs", "paragraph", "Capacity", "Unit Count", ("global",)),
+        "keyword": ({"count": "occurrence", "of": kw}, f"occurrences of the word \"{kw}\"",
+                    f"the word \"{kw}\"", "Literals", "Specific Strings",
+                    ("global", "each_paragraph", "nth_paragraph", "nth_sentence")),
+        "banned": ({"count": "occurrence", "of": ban}, f"occurrences of the word \"{ban}\"", f"the word \"{ban}\"",
+                   "Literals", "Specific Strings", ("global", "each_paragraph", "nth_paragraph")),
+        "digits": ({"count": "class", "of": "digit"}, "digits", "digit", "Literals", "Literal Classes",
+                   ("global", "each_paragraph", "each_sentence", "nth_paragraph")),
+        "caps_words": ({"count": "class", "of": "uppercase_word"}, "fully capitalized words",
+                       "fully capitalized word", "Literals", "Literal Classes",
+                       ("global", "each_sentence", "nth_paragraph")),
+        "lists": ({"count": "block", "kind": "list"}, "bulleted lists", "bulleted list", "Structure", "Containers",
+                  ("global",)),
+        "items": ({"count": "element", "kind": "list_item"}, "bullet points", "bullet point", "Structure",
+                  "Members", ("global",)),
+        "list_depth": ({"depth": "list"}, None, None, "Structure", "Nesting Depth", ("global",)),
+        "headings": ({"count": "element", "kind": "heading"}, "headings", "heading", "Structure", "Members",
+                     ("global",)),
+        "keywords_all": ({"has": sorted(set(rng.sample(present, min(len(present), rng.randint(2, 3)))))
+                          if len(present) >= 2 else [kw]},
+                         None, None, "Checklist", "Presence", ("global",)),
+        "title_case_headings": ({"valid": "title_case"}, None, None, "Checklist", "Validity", ("each_heading",)),
+        "starts_with": ({"starts_with": None}, None, None, "Pattern", "Boundary",
+                        ("global", "each_paragraph", "nth_paragraph")),
+        "ends_with_period": ({"ends_with": "."}, None, None, "Pattern", "Boundary",
+                             ("each_sentence", "each_paragraph", "global")),
+        "exclamations": ({"matches": "!"}, "exclamation marks", "exclamation mark", "Pattern", "Surface",
+                         ("global", "each_paragraph")),
+        "bullet_lines": ({"matches": r"(?m)^- "}, "lines starting with \"- \"", None, "Pattern", "Skeleton",
+                         ("global",)),
+        "sorted_items": ({"sorted": "alphabetical", "unit": "element", "kind": "list_item"}, None, None,
+                         "Relations", "Ordering Relations", ("global",)),
+        "chain": ({"chain": "last_first", "unit": "sentence"}, None, None, "Relations", "Chaining Relations",
+                  ("global", "each_paragraph")),
+        "acrostic": ({"acrostic": None, "unit": "paragraph"}, None, None, "Relations", "Positional Relations",
+                     ("global",)),
+    }
+
+
+def _count_phrase(rng_dict: dict, noun: str, singular: str | None) -> str:
+    if "eq" in rng_dict:
+        n = rng_dict["eq"]
+        if n == 0:
+            return f"no {noun}"
+        return f"exactly {n} {singular if n == 1 and singular else noun}"
+    if "min" in rng_dict and "max" in rng_dict:
+        return f"between {rng_dict['min']} and {rng_dict['max']} {noun}"
+    if "min" in rng_dict:
+        return f"at least {rng_dict['min']} {singular if rng_dict['min'] == 1 and singular else noun}"
+    return f"at most {rng_dict['max']} {singular if rng_dict['max'] == 1 and singular else noun}"
+
+
+def _choose_range(rng: random.Random, values: list[int]) -> tuple[dict, str] | None:
+    """An absolute range that admits every measured value, and its ScopeIF category."""
+    lo, hi = min(values), max(values)
+    options = []
+    if hi == 0:
+        options.append(({"eq": 0}, "Prohibition"))
+    if lo == hi and hi > 0:
+        options.append(({"eq": lo}, "Equality"))
+    if lo > 0:
+        options.append(({"min": max(1, lo - rng.randint(0, 2))}, "One-Sided Bounds"))
+    options.append(({"max": hi + rng.randint(0, 3)}, "One-Sided Bounds"))
+    if hi > 1:
+        options.append(({"min": max(0, lo - rng.randint(0, 2)), "max": hi + rng.randint(1, 3)}, "Intervals"))
+    r, label = rng.choice(options)
+    if r.get("max") == 0 and "min" not in r:
+        r, label = {"eq": 0}, "Prohibition"
+    return r, label
+
+
+def _measure(scope: list, target: dict, doc: Doc) -> list[int] | None:
+    v = verify(Constraint.from_dict({"scope": scope, "target": target, "range": {"min": 0}}), doc)
+    if not v.records or any(r.actual is None for r in v.records):
+        return None
+    return [r.actual for r in v.records]
+
+
+def _instantiate(name: str, scope_name: str, doc: Doc, rng: random.Random, scopes, targets) -> dict | None:
+    """One atomic constraint of family (scope, target) that the witness satisfies, or None."""
+    target, noun, singular, primary, secondary, _ = targets[name]
+    target = dict(target)
+    scope, phrase = scopes[scope_name]
+    text = None
+    if name == "starts_with":
+        first = _measure_first_word(scope, doc)
+        if first is None:
+            return None
+        target["starts_with"] = first
+        values, rng_dict, range_label = [1], {"eq": 1}, "Equality"
+        text = f"{phrase} must begin with the word \"{first}\"."
+    elif name == "acrostic":
+        firsts = [next((c for c in doc.text[a:b] if c.isalpha()), "") for a, b in doc.paragraphs]
+        if len(firsts) < 2 or not all(firsts):
+            return None
+        word = "".join(firsts).upper()
+        target["acrostic"] = word
+        rng_dict, range_label = {"eq": 0}, "Prohibition"
+        text = f"The first letters of your paragraphs must spell \"{word}\"."
+    else:
+        values = _measure(scope, target, doc)
+        if values is None:
+            return None
+        if name in ("ends_with_period", "title_case_headings", "list_depth", "keywords_all", "sorted_items",
+                    "chain"):
+            if name in ("ends_with_period", "title_case_headings"):
+                if min(values) != 1:
+                    return None
+                rng_dict, range_label = {"eq": 1}, "Equality"
+                text = (f"{phrase} must end with a period." if name == "ends_with_period"
+                        else "Every heading must be written in title case.")
+            elif name == "list_depth":
+                if max(values) == 0:
+                    return None
+                rng_dict, range_label = {"max": 1}, "One-Sided Bounds"
+                text = "Do not nest one list inside another."
+            elif name == "keywords_all":
+                n = len(target["has"])
+                if values[0] != n:
+                    return None
+                rng_dict, range_label = {"eq": n}, "Equality"
+                words = ", ".join(f"\"{w}\"" for w in target["has"])
+                text = f"Include all of these words: {words}."
+            elif name == "sorted_items":
+                if values[0] != 0 or len(doc.markdown.elements["list_item"]) < 3:
+                    return None
+                rng_dict, range_label = {"eq": 0}, "Prohibition"
+                text = "List the bullet points in alphabetical order."
+            else:  # chain
+                if min(values) < 1:
+                    return None
+                rng_dict, range_label = {"min": min(values)}, "One-Sided Bounds"
+                text = (f"{phrase} must contain at least {min(values)} chain link(s), where a sentence starts "
+                        f"with the last word of the sentence before it.")
+        else:
+            if name in ("lists", "items", "headings", "bullet_lines") and max(values) == 0 and rng.random() < 0.7:
+                return None  # "no lists" everywhere would swamp the data
+            rng_dict, range_label = _choose_range(rng, values)
+            if name == "keyword" and rng_dict.get("eq") == 0:
+                return None
+            lower = phrase[0].lower() + phrase[1:]
+            if rng_dict == {"eq": 0}:
+                what = singular if name in ("banned", "keyword") else f"any {noun}"
+                text = rng.choice([f"{phrase} must not contain {what}.", f"Do not use {what} in {lower}."])
+            else:
+                count = _count_phrase(rng_dict, noun, singular)
+                text = rng.choice([f"{phrase} must contain {count}.", f"{phrase} should have {count}.",
+                                   f"Make sure {lower} has {count}."])
+    label = _scope_label(scope)
+    return {"text": text, "scope": scope, "target": target, "range": rng_dict,
+            "category": {"scope": label, "primary_target": primary, "secondary_target": secondary,
+                         "range": range_label}}
+
+
+def _measure_first_word(scope, doc: Doc) -> str | None:
+    from ifcore.verify import _compile_scope
+
+    firsts = []
+    for span, missing, _ in _compile_scope(scope)(doc, doc.root):
+        words = doc.within("word", span)
+        if missing or not words or words[0][0] != span[0]:  # a segment opening with "- " starts with no word
+            return None
+        firsts.append(doc.text[words[0][0]:words[0][1]])
+    # Traversal scopes need one word shared by every segment.
+    return firsts[0] if firsts and len(set(firsts)) == 1 else None
+
+
+def _relative(doc: Doc, rng: random.Random) -> dict | None:
+    """A Comparison or Arithmetic Relations constraint between paragraphs, when the witness has one."""
+    counts = _measure([{"unit": "paragraph", "select": "each"}], {"count": "word"}, doc)
+    if counts and len(counts) >= 2 and rng.random() < 0.5:
+        if all(b > a for a, b in zip(counts, counts[1:])):
+            return {"text": "Each paragraph must contain more words than the one before it.",
+                    "scope": [{"unit": "paragraph", "select": "each"}], "target": {"count": "word"},
+                    "range": {"gt": "previous"},
+                    "category": {"scope": "Traversal(Paragraph)", "primary_target": "Capacity",
+                                 "secondary_target": "Text Length", "range": "Comparison"}}
+        if all(b < a for a, b in zip(counts, counts[1:])):
+            return {"text": "Each paragraph must contain fewer words than the one before it.",
+                    "scope": [{"unit": "paragraph", "select": "each"}], "target": {"count": "word"},
+                    "range": {"lt": "previous"},
+                    "category": {"scope": "Traversal(Paragraph)", "primary_target": "Capacity",
+                                 "secondary_target": "Text Length", "range": "Comparison"}}
+    sentences = _measure([{"unit": "paragraph", "select": "each"}], {"count": "sentence"}, doc)
+    if sentences and len(sentences) >= 2 and sentences[0] > 0:
+        ratio, rest = divmod(sentences[-1], sentences[0])
+        first = {"scope": [{"unit": "paragraph", "select": "at", "index": 0}], "target": {"count": "sentence"}}
+        if rest == 0 and ratio >= 1:
+            rng_dict = {"eq": {"times": ratio, "of": first}} if ratio > 1 else {"eq": {"plus": 0, "of": first}}
+            words = {1: "the same number of sentences as", 2: "twice as many sentences as",
+                     3: "three times as many sentences as"}.get(ratio, f"{ratio} times as many sentences as")
+            return {"text": f"The last paragraph must have {words} the first paragraph.",
+                    "scope": [{"unit": "paragraph", "select": "at", "index": -1}], "target": {"count": "sentence"},
+                    "range": rng_dict,
+                    "category": {"scope": "Position(Paragraph)", "primary_target": "Capacity",
+                                 "secondary_target": "Unit Count", "range": "Arithmetic Relations"}}
+    return None
+
+
+def _scope_label(scope: list) -> str:
+    if not scope:
+        return "Global(Entire Response)"
+    sel = {"each": "Traversal", "at": "Position", "slice": "Position", "where": "Condition"}
+    return " -> ".join(f"{sel[s['select']]}({UNIT_LABEL[s['unit']]})" for s in scope)
+
+
+def families() -> list[tuple[str, str]]:
+    """The enumeration of compatible (target, scope) pairs: the atomic constraint families."""
+    doc = Doc("x")
+    rng = random.Random(0)
+    out = []
+    for name, (*_, fits) in _targets(doc, rng, ["x", "y"]).items():
+        out += [(name, s) for s in fits]
+    return out
+
+
+def instruction(rng: random.Random, profile: str = "tiny", k: int | None = None) -> dict:
+    """One instruction: a task, 1..max_constraints constraints, and the witness that satisfies them all."""
+    p = PROFILES[profile]
+    while True:
+        topic = rng.choice(TOPICS)
+        response = witness(rng, topic, profile)
+        doc = Doc(response)
+        present = sorted({w.lower() for w in response.replace(".", " ").replace("!", " ").replace("?", " ").split()
+                          if w.isalpha() and w.lower() in NOUNS + ADJS})
+        scopes = _scopes(doc, rng, present)
+        targets = _targets(doc, rng, present)
+        mode = (p["max_constraints"] + 2) // 2  # the most likely count: 2 of at most 3, 4 of at most 6
+        want = k or rng.choices(range(1, p["max_constraints"] + 1),
+                                weights=[1.0 / (1 + abs(i - mode)) for i in range(1, p["max_constraints"] + 1)])[0]
+        # Candidates grouped by primary target; drawing a category first and a family second balances the six
+        # target categories instead of favouring the ones with many families.
+        by_primary: dict[str, list] = {}
+        for t, (_, _, _, primary, _, fits) in targets.items():
+            by_primary.setdefault(primary, []).extend((t, s) for s in fits if s in scopes)
+        constraints, used = [], set()
+        if rng.random() < 0.25 and (rel := _relative(doc, rng)):
+            constraints.append(rel)
+        while len(constraints) < want and any(by_primary.values()):
+            group = by_primary[rng.choice([k for k, v in by_primary.items() if v])]
+            t, s = group.pop(rng.randrange(len(group)))
+            if t in used:
+                continue  # one constraint per target family keeps instructions varied
+            c = _instantiate(t, s, doc, rng, scopes, targets)
+            if c is not None:
+                constraints.append(c)
+                used.add(t)
+        if not constraints:
+            continue
+        # The compatibility check: the witness must satisfy every constraint, as ifcore.verify decides.
+        parsed = [Constraint.from_dict(c) for c in constraints]
+        if not all(verify(c, doc).satisfied for c in parsed):
+            raise AssertionError(f"synth produced a constraint its witness violates: {constraints}")
+        task = f"Write {rng.choice(GENRES)} {topic}."
+        prompt = " ".join([task] + [c["text"] for c in constraints])
+        for i, c in enumerate(constraints):
+            c["id"] = f"c{i + 1}"
+        return {"prompt": prompt, "constraints": constraints, "witness": response, "topic": topic}
+
+
+def dataset(n: int, seed: int, profile: str = "tiny") -> list[dict]:
+    """n OpenRLHF-ready rows: {"id", "prompt", "label": JSON {"constraints": [...]}}."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        inst = instruction(rng, profile)
+        rows.append({"id": f"{seed}-{i}", "prompt": inst["prompt"],
+                     "label": json.dumps({"constraints": inst["constraints"]}, ensure_ascii=False)})
+    return rows
+
+
+def sft_pairs(n: int, seed: int, profile: str = "tiny") -> list[dict]:
+    """Hindsight-relabelled pairs for the behaviour-cloning warm start: a generated response and an
+    instruction whose constraints it satisfies."""
+    rng = random.Random(seed)
+    return [{"prompt": (inst := instruction(rng, profile))["prompt"], "response": inst["witness"]}
+            for _ in range(n)]
+
+
+def write_dataset(out_dir, n_train: int, n_test: int, seed: int, profile: str = "tiny") -> dict:
+    """train.jsonl and test.jsonl (disjoint seeds, prompts deduplicated across splits) and stats.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    train = dataset(n_train, seed, profile)
+    seen = {r["prompt"] for r in train}
+    test = [r for r in dataset(n_test + n_test // 4 + 8, seed + 1_000_003, profile) if r["prompt"] not in seen][:n_test]
+    for name, rows in (("train", train), ("test", test)):
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    stats = statistics(train)
+    (out / "stats.json").write_text(json.dumps(stats, indent=1))
+    return stats
+
+
+# ---- distribution and diversity (ScopeIF Fig. 5/6, Table 5) -------------------------------------------------
+
+def statistics(rows: list[dict], diversity_sample: int = 300, seed: int = 0) -> dict:
+    constraints = [c for r in rows for c in json.loads(r["label"])["constraints"]]
+    cat = lambda key: dict(Counter(c["category"][key] for c in constraints).most_common())
+    outer = dict(Counter(c["category"]["scope"].split(" -> ")[0].split("(")[0] if " -> " not in
+                         c["category"]["scope"] else "Nested" for c in constraints).most_common())
+    prompts = [r["prompt"] for r in rows]
+    sample = random.Random(seed).sample(prompts, min(diversity_sample, len(prompts)))
+    return {"instructions": len(rows), "constraints": len(constraints),
+            "constraints_per_instruction": round(len(constraints) / max(1, len(rows)), 3),
+            "scope_selector": outer, "scope": cat("scope"), "primary_target": cat("primary_target"),
+            "secondary_target": cat("secondary_target"), "range": cat("range"),
+            "self_bleu4": round(self_bleu(sample), 4), "distinct2": round(distinct_n(prompts, 2), 4),
+            "entropy4": round(entropy_n(prompts, 4), 4)}
+
+
+def _ngrams(tokens: list[str], n: int) -> list[tuple]:
+    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def distinct_n(texts: list[str], n: int = 2) -> float:
+    """Distinct-n: unique n-grams over all n-grams of the corpus."""
+    grams = [g for t in texts for g in _ngrams(t.lower().split(), n)]
+    return len(set(grams)) / max(1, len(grams))
+
+
+def entropy_n(texts: list[str], n: int = 4) -> float:
+    """Shannon entropy (nats) of the corpus's n-gram distribution."""
+    counts = Counter(g for t in texts for g in _ngrams(t.lower().split(), n))
+    total = sum(counts.values())
+    return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
+
+
+def bleu4(hypothesis: list[str], references: list[list[str]]) -> float:
+    """Sentence BLEU-4 with uniform weights and +1 smoothing of the higher orders (Lin and Och 2004)."""
+    if not hypothesis:
+        return 0.0
+    logs = 0.0
+    for n in range(1, 5):
+        hyp = Counter(_ngrams(hypothesis, n))
+        best: Counter = Counter()
+        for ref in references:
+            best |= Counter(_ngrams(ref, n))
+        matched = sum(min(c, best[g]) for g, c in hyp.items())
+        total = sum(hyp.values())
+        num, den = (matched, total) if n == 1 else (matched + 1, total + 1)
+        if num == 0 or den == 0:
+            return 0.0
+        logs += math.log(num / den) / 4
+    closest = min((abs(len(r) - len(hypothesis)), len(r)) for r in references)[1]
+    bp = 1.0 if len(hypothesis) > closest else math.exp(1 - closest / len(hypothesis))
+    return bp * math.exp(logs)
+
+
+def self_bleu(texts: list[str]) -> float:
+    """Self-BLEU-4 (Zhu et al. 2018): each text scored against all the others; lower is more diverse."""
+    toks = [t.lower().split() for t in texts]
+    if len(toks) < 2:
+        return 0.0
+    return sum(bleu4(h, toks[:i] + toks[i + 1:]) for i, h in enumerate(toks)) / len(toks)

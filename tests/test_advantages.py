@@ -1,0 +1,146 @@
+"""ifcore.advantages: GRPO group_norm, ScopeIF's identical-pair share, RAIF eq. 7, RTT token advantages."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ifcore.advantages import group_norm, identical_pair_fraction, superior_cot_keep, token_rtt
+
+
+# ---- group_norm ------------------------------------------------------------------------------------------
+
+def test_group_norm_by_hand():
+    np.testing.assert_allclose(group_norm([1.0, 2.0, 3.0]), [-1, 0, 1], rtol=1e-8)  # std (ddof=1) = 1
+    s = math.sqrt(1 / 3)  # [0, 0, 1, 1]: mean 0.5, sample variance 1/3
+    np.testing.assert_allclose(group_norm([0, 0, 1, 1]), [-0.5 / s, -0.5 / s, 0.5 / s, 0.5 / s], rtol=1e-8)
+    np.testing.assert_allclose(group_norm([[1, 2, 3], [5, 5, 5]]), [[-1, 0, 1], [0, 0, 0]], rtol=1e-8)
+    np.testing.assert_array_equal(group_norm([0.7]), [0.0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-5, 5), min_size=2, max_size=16))
+def test_group_norm_is_openrlhfs_estimator(r):
+    import torch  # in the cpu extra; the core itself never imports it
+    t = torch.tensor([r], dtype=torch.float64)
+    # openrlhf/trainer/ppo_utils/experience_maker.py, estimator "group_norm" (0.11.2)
+    ref = ((t - t.mean(-1, keepdim=True)) / (t.std(-1, keepdim=True) + 1e-9))[0].numpy()
+    ours = group_norm(t[0])
+    if np.std(r, ddof=1) > 1e-9:
+        np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-12)
+    else:
+        np.testing.assert_array_equal(ours, 0.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(-1e6, 1e6, allow_nan=False), st.integers(1, 32))
+def test_group_norm_of_a_constant_group_is_zero(v, g):
+    np.testing.assert_array_equal(group_norm([v] * g), np.zeros(g))
+
+
+# ---- identical_pair_fraction (ScopeIF Fig. 4b) -----------------------------------------------------------
+
+def test_identical_pair_fraction_by_hand():
+    assert identical_pair_fraction([1, 1, 0, 0]) == pytest.approx(2 / 6)
+    assert identical_pair_fraction([0.5] * 8) == 1.0
+    assert identical_pair_fraction([0.1, 0.2, 0.3]) == 0.0
+    assert identical_pair_fraction([1.0]) == 0.0
+    np.testing.assert_allclose(identical_pair_fraction([[1, 1, 1], [1, 2, 1]]), [1.0, 1 / 3])
+
+
+# ---- superior_cot_keep (RAIF eq. 7) ----------------------------------------------------------------------
+
+def test_superior_cot_keep():
+    assert superior_cot_keep([0.2, 0.5], [0.5, 0.9]) is True   # max 0.5 >= min 0.5
+    assert superior_cot_keep([0.1, 0.4], [0.5, 0.9]) is False  # every CoT rollout is worse
+    np.testing.assert_array_equal(superior_cot_keep([[2, -2], [-2, -2]], [[0.5, 2], [0.5, 2]]), [True, False])
+
+
+# ---- token_rtt (RTT section 4.2) -------------------------------------------------------------------------
+
+REL = [np.array([[0.0], [1.0]]), np.array([[0.0], [0.5], [1.0]])]
+SAT, ADV = [[True], [False]], [1.0, -1.0]
+
+
+def test_token_rtt_intra_by_hand():
+    a0, a1 = token_rtt(REL, SAT, ADV)
+    # response 0: r = [0, 1], mean 0.5, std 0.5 -> z = [-1, 1]; A = 1 * 1 + 0.5 z
+    np.testing.assert_allclose(a0, [0.5, 1.5])
+    # response 1 violates: r = -p = [0, -0.5, -1], std sqrt(1/6) -> z = [1.2247, 0, -1.2247]
+    z = 0.5 / math.sqrt(1 / 6)
+    np.testing.assert_allclose(a1, [-1 + 0.5 * z, -1.0, -1 - 0.5 * z])
+
+
+def test_token_rtt_inter_by_hand():
+    a0, a1 = token_rtt(REL, SAT, ADV, mode="inter")
+    pooled = np.array([0.0, 1.0, 0.0, -0.5, -1.0])  # one group: every token of the group
+    mu, sd = pooled.mean(), pooled.std()
+    assert (mu, sd) == pytest.approx((-0.1, math.sqrt(0.44)))
+    np.testing.assert_allclose(a0, 1.0 + 0.5 * (pooled[:2] - mu) / sd)
+    np.testing.assert_allclose(a1, -1.0 + 0.5 * (pooled[2:] - mu) / sd)
+
+
+def test_token_rtt_averages_constraints_and_weights():
+    rel = [np.array([[0.0, 0.2], [1.0, 0.2]])]  # constraint 2 is flat: its column gives 0
+    (a,) = token_rtt(rel, [[True, False]], [0.3], alpha=2.0, beta=1.0)
+    np.testing.assert_allclose(a, 2.0 * 0.3 + np.array([-1.0, 1.0]) / 2)
+    (b,) = token_rtt([np.zeros((0, 2))], [[True, True]], [0.7])
+    assert b.shape == (0,)
+
+
+def test_token_rtt_accepts_torch_and_checks_shapes():
+    import torch  # in the cpu extra; the core itself never imports it
+    out = token_rtt([torch.tensor(r) for r in REL], torch.tensor(SAT), torch.tensor(ADV))
+    np.testing.assert_allclose(out[0], [0.5, 1.5])
+    with pytest.raises(ValueError, match="mode"):
+        token_rtt(REL, SAT, ADV, mode="global")
+    with pytest.raises(ValueError, match=r"relevance\[1\]"):
+        token_rtt([REL[0], np.zeros((3, 2))], SAT, ADV)
+    with pytest.raises(ValueError, match="G"):
+        token_rtt(REL, SAT, [1.0])
+
+
+group = st.integers(1, 4).flatmap(lambda c: st.tuples(
+    st.lists(st.integers(1, 12).flatmap(
+        lambda t: st.lists(st.lists(st.floats(0, 1), min_size=c, max_size=c), min_size=t, max_size=t)),
+        min_size=1, max_size=5),
+    st.just(c)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(group, st.data())
+def test_token_rtt_intra_has_zero_mean_per_response_and_constraint(g, data):
+    rel, c = g
+    sat = data.draw(st.lists(st.lists(st.booleans(), min_size=c, max_size=c), min_size=len(rel), max_size=len(rel)))
+    for k in range(c):  # one constraint at a time, token part only
+        out = token_rtt([np.asarray(r)[:, [k]] for r in rel], [[s[k]] for s in sat], [0.0] * len(rel),
+                        alpha=0.0, beta=1.0)
+        for o, r in zip(out, rel):
+            assert abs(o.mean()) < 1e-9
+            col = np.asarray(r)[:, k]
+            if col.std() > 1e-9:  # a non-constant column is standardized to unit variance
+                assert o.std() == pytest.approx(1.0, rel=1e-6)
+            else:
+                np.testing.assert_array_equal(o, 0.0)
+    # all constraints together: the response advantage is the per-response mean
+    adv = data.draw(st.lists(st.floats(-2, 2), min_size=len(rel), max_size=len(rel)))
+    for o, a in zip(token_rtt(rel, sat, adv), adv):
+        assert o.mean() == pytest.approx(a, abs=1e-9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=2, max_size=20), st.integers(1, 3), st.booleans(), st.data())
+def test_violated_constraint_lowers_its_relevant_tokens(p, others, mode_inter, data):
+    # constraint 0 has relevance p; the others are flat, so only constraint 0 moves the token advantages
+    flat = data.draw(st.lists(st.floats(0, 1), min_size=others, max_size=others))
+    rel = np.column_stack([p] + [[f] * len(p) for f in flat])
+    other_sat = data.draw(st.lists(st.booleans(), min_size=others, max_size=others))
+    mode = "inter" if mode_inter else "intra"
+    (bad,) = token_rtt([rel], [[False] + other_sat], [0.0], mode=mode)
+    (good,) = token_rtt([rel], [[True] + other_sat], [0.0], mode=mode)
+    order = np.argsort(p, kind="stable")
+    if np.std(p) > 1e-9:
+        hi, lo = int(np.argmax(p)), int(np.argmin(p))
+        assert bad[hi] < bad[lo] and good[hi] > good[lo]
+    assert np.all(np.diff(bad[order]) <= 1e-12) and np.all(np.diff(good[order]) >= -1e-12)
