@@ -32,9 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-key", default="prompt", help="field holding the prompt (default: prompt)")
 
     p = sub.add_parser("eval", help="score JSONL {prompt, response} on a benchmark with its official checkers")
-    p.add_argument("what", choices=["ifeval", "ifbench"], help="the benchmark whose shipped prompts are scored")
+    p.add_argument("what", choices=["ifeval", "ifbench", "scopeif"], help="the benchmark whose shipped prompts are scored")
     p.add_argument("--responses", required=True, help="JSONL {prompt, response}, the official input format")
-    p.add_argument("--output-dir", default=".", help="for eval_results_{strict,loose}.jsonl, summary.json (default: .)")
+    p.add_argument("--output-dir", default=".", help="for eval_results_{strict,loose}.jsonl (scopeif: verdicts.jsonl) "
+                                                     "and summary.json (default: .)")
+    p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
+    p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
 
     p = sub.add_parser("synth", help="synthesize ScopeInstruct-style train/test JSONL (factorized, from a seed)")
     p.add_argument("--out", required=True, help="directory for train.jsonl, test.jsonl, stats.json")
@@ -85,6 +88,17 @@ def main(argv: list[str] | None = None) -> int:
             run_benchmark(args.what, Path(args.responses), Path(args.output_dir))
         except (OSError, ValueError) as e:
             parser.exit(2, f"ifcore eval: error: {e}\n")
+        return 0
+    if args.command == "eval" and args.what == "scopeif":
+        import json
+
+        from ifcore.bench.scopeif import evaluate
+
+        try:
+            summary = evaluate(args.responses, args.output_dir, args.test, args.formalized)
+        except (OSError, ValueError) as e:
+            parser.exit(2, f"ifcore eval: error: {e}\n")
+        print(json.dumps({k: v for k, v in summary.items() if k != "by_category"}, indent=1))
         return 0
     if args.command == "bench" and args.what == "ifeval":
         from ifcore.bench.official import bench_ifeval

@@ -1,0 +1,135 @@
+"""ScopeIF-Test: the official test.json format, CSR / ISR (ScopeIF appendix E.1, eq. 11-12) and the breakdown
+by Scope, Target and Range category (the paper's Figure 3 and Tables 6-8).
+
+A constraint's verdict comes from its schema formalization when it has one (all of its schema constraints must
+hold); otherwise from `judge` (the LLM judge of a later issue), or it stays unjudged. Unjudged constraints are
+reported, never guessed: CSR averages over the instances with at least one judged constraint (each over its
+judged constraints), ISR over the instances whose constraints are all judged.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from importlib import resources
+from pathlib import Path
+from typing import Callable
+
+from ifcore.coverage import scope_selector
+from ifcore.schema import Constraint
+from ifcore.text import Doc
+from ifcore.verify import verify
+
+GROUPS = ("scope_selector", "scope", "primary_target", "secondary_target", "range")
+
+
+def _data(name: str) -> Path:
+    return Path(str(resources.files("ifcore") / "data" / "scopeif_test" / name))
+
+
+def load_test(path: str | Path | None = None) -> list[dict]:
+    """Instances of the official test.json format: [{id, prompt, constraints: [{constraint, category}], targets}].
+    The default is the packaged sample (the first 268 instances)."""
+    data = json.loads(Path(path or _data("test_sample.json")).read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON array of test instances")
+    for i, inst in enumerate(data):
+        for key in ("id", "prompt", "constraints"):
+            if key not in inst:
+                raise ValueError(f"{path}: instance {i}: missing {key!r}")
+        for j, c in enumerate(inst["constraints"]):
+            if "constraint" not in c or "category" not in c:
+                raise ValueError(f"{path}: instance {i} constraint {j}: needs constraint and category")
+    return data
+
+
+def load_formalizations(path: str | Path | None = None) -> dict[tuple[int, int], list[Constraint]]:
+    """(instance id, constraint index) -> parsed schema constraints, for the formalized constraints only."""
+    out = {}
+    with open(path or _data("formalized.jsonl"), encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                row = json.loads(line)
+                if row.get("schema"):
+                    where = f"formalization line {n}"
+                    out[(row["instruction_id"], row["constraint_index"])] = [
+                        Constraint.from_dict(c, f"{where}.schema[{k}]") for k, c in enumerate(row["schema"])]
+    return out
+
+
+def judge_instance(inst: dict, response: str, formalized: dict, judge: Callable | None = None) -> list[dict]:
+    """One verdict per constraint: {"satisfied": bool | None, "source": "schema" | "judge" | None}."""
+    doc = Doc(response)
+    out = []
+    for j, c in enumerate(inst["constraints"]):
+        schema = formalized.get((inst["id"], j))
+        if schema is not None:
+            out.append({"satisfied": all(verify(s, doc).satisfied for s in schema), "source": "schema"})
+        elif judge is not None and (v := judge(inst, j, response)) is not None:
+            out.append({"satisfied": bool(v), "source": "judge"})
+        else:
+            out.append({"satisfied": None, "source": None})
+    return out
+
+
+def metrics(instances: list[dict], verdicts: list[list[dict]]) -> dict:
+    """CSR (eq. 11) and ISR (eq. 12) over what was judged, and CSR per category of every taxonomy group."""
+    csr_terms, isr_terms = [], []
+    per: dict[str, dict[str, list[int]]] = {g: defaultdict(lambda: [0, 0]) for g in GROUPS}
+    judged = total = 0
+    for inst, vs in zip(instances, verdicts):
+        known = [v["satisfied"] for v in vs if v["satisfied"] is not None]
+        total += len(vs)
+        judged += len(known)
+        if known:
+            csr_terms.append(sum(known) / len(known))
+        if vs and len(known) == len(vs):
+            isr_terms.append(float(all(known)))
+        for c, v in zip(inst["constraints"], vs):
+            if v["satisfied"] is None:
+                continue
+            cat = c["category"]
+            keys = {"scope_selector": scope_selector(cat["scope"]), "scope": cat["scope"],
+                    "primary_target": cat["primary_target"],
+                    "secondary_target": f'{cat["primary_target"]} / {cat["secondary_target"]}',
+                    "range": cat["range"]}
+            for g, k in keys.items():
+                per[g][k][0] += v["satisfied"]
+                per[g][k][1] += 1
+    mean = lambda xs: sum(xs) / len(xs) if xs else None
+    return {"CSR": mean(csr_terms), "ISR": mean(isr_terms), "instances": len(instances),
+            "instances_in_CSR": len(csr_terms), "instances_in_ISR": len(isr_terms),
+            "constraints": total, "judged_constraints": judged,
+            "by_category": {g: {k: {"csr": s / n, "n": n} for k, (s, n) in sorted(d.items())}
+                            for g, d in per.items()}}
+
+
+def evaluate(responses_path: str | Path, output_dir: str | Path, test_path=None, formalized_path=None,
+             judge: Callable | None = None) -> dict:
+    """`ifcore eval scopeif`: responses JSONL {id or prompt, response} -> verdicts.jsonl and summary.json."""
+    instances = load_test(test_path)
+    formalized = load_formalizations(formalized_path)
+    by_id = {inst["id"]: inst for inst in instances}
+    by_prompt = {inst["prompt"]: inst for inst in instances}
+    picked, verdicts, rows = [], [], []
+    with open(responses_path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            inst = by_id.get(r.get("id")) if "id" in r else by_prompt.get(r.get("prompt"))
+            if inst is None:
+                raise ValueError(f"{responses_path}:{n}: no test instance with this id or prompt")
+            if not isinstance(r.get("response"), str):
+                raise ValueError(f"{responses_path}:{n}: \"response\" must be a string")
+            vs = judge_instance(inst, r["response"], formalized, judge)
+            picked.append(inst)
+            verdicts.append(vs)
+            rows.append({"id": inst["id"], "response": r["response"], "verdicts": vs})
+    summary = metrics(picked, verdicts)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "verdicts.jsonl", "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
