@@ -33,7 +33,7 @@ RANGES = ("One-Sided Bounds", "Prohibition", "Equality", "Intervals", "Compariso
 
 CLASSES = ("digit", "letter", "uppercase", "lowercase", "vowel", "consonant", "punctuation", "emoji",
            "uppercase_word", "capitalized_word", "lowercase_word")
-VALID_FORMATS = ("json", "yaml", "integer", "decimal", "number", "date", "email", "url", "title_case",
+VALID_FORMATS = ("json", "yaml", "xml", "integer", "decimal", "number", "date", "email", "url", "title_case",
                  "uppercase", "lowercase")
 DEPTH_KINDS = ("list", "json")
 BOUND_KEYS = ("min", "max", "eq", "gt", "lt", "ge", "le")
@@ -163,7 +163,7 @@ def _need_choice(x: Any, choices, path: str) -> None:
         raise ConstraintError(path, f"expected one of {list(choices)}, got {_show(x)}")
 
 
-UNIT_OPTIONS = ("kind", "level", "ordered", "lang", "column", "prose")
+UNIT_OPTIONS = ("kind", "level", "ordered", "lang", "column", "prose", "exclude_nested")
 
 
 def _unit_kind(d: dict, path: str, unit_key: str = "unit", units=UNITS) -> None:
@@ -184,7 +184,8 @@ def _unit_kind(d: dict, path: str, unit_key: str = "unit", units=UNITS) -> None:
              "ordered": (kind in ("list", "list_item"), "list blocks and list_item elements"),
              "lang": (kind == "code", "code blocks"),
              "column": (kind == "table_cell", "table_cell elements"),
-             "prose": (unit in ("paragraph", "sentence"), "paragraph and sentence units")}
+             "prose": (unit in ("paragraph", "sentence"), "paragraph and sentence units"),
+             "exclude_nested": (kind == "list_item", "list_item elements")}
     for opt, (ok, who) in where.items():
         if opt not in d:
             continue
@@ -192,10 +193,12 @@ def _unit_kind(d: dict, path: str, unit_key: str = "unit", units=UNITS) -> None:
             raise ConstraintError(p(opt), f"only {who} take {opt!r}")
         v = d[opt]
         good = {"level": _is_int(v) and 1 <= v <= 6, "ordered": isinstance(v, bool), "prose": isinstance(v, bool),
+                "exclude_nested": isinstance(v, bool),
                 "lang": isinstance(v, str) and v != "",
                 "column": (_is_int(v) and v >= 0) or (isinstance(v, str) and v != "")}[opt]
         if not good:
             want = {"level": "an integer 1-6", "ordered": "true or false", "prose": "true or false",
+                    "exclude_nested": "true or false",
                     "lang": "a non-empty string", "column": "a column index (0-based) or header text"}[opt]
             raise ConstraintError(p(opt), f"expected {want}, got {_show(v)}")
 
@@ -245,14 +248,17 @@ def check_condition(cond: Any, path: str) -> None:
         raise ConstraintError(path, "expected a condition or a non-empty list of conditions")
     for j, c in enumerate(conds):
         cp = f"{path}[{j}]" if isinstance(cond, list) else path
-        if not isinstance(c, dict) or set(c) != {"target", "range"}:
-            raise ConstraintError(cp, f'expected {{"target": ..., "range": ...}}, got {_show(c)}')
+        if not isinstance(c, dict) or not {"target", "range"} <= set(c) or set(c) - {"scope", "target", "range"}:
+            raise ConstraintError(cp, f'expected {{"target": ..., "range": ...}} (and optionally "scope"), '
+                                      f'got {_show(c)}')
+        if "scope" in c:  # extension X10: measured on parts of the unit; holds when all selected parts pass
+            check_scope(c["scope"], f"{cp}.scope")
         check_target(c["target"], f"{cp}.target")
         check_range(c["range"], f"{cp}.range", allow_previous=False)
 
 
 TARGET_HEADS = ("count", "depth", "has", "valid", "matches", "starts_with", "ends_with", "wrapped", "sorted",
-                "chain", "acrostic", "distinct", "pairs")
+                "chain", "acrostic", "distinct", "pairs", "satisfies")
 # Keys of a unit for distinct and pairs (extensions X3, X4); they compose with a dot, left to right.
 KEYS = ("text", "first_word", "last_word", "first_letter", "last_letter", "first_char", "last_char", "letters",
         "words", "chars")
@@ -288,6 +294,7 @@ def check_target(t: Any, path: str) -> None:
         "acrostic": {"acrostic", "unit", "case"} | unit_opts,
         "distinct": {"distinct", "by", "min_occurrences"} | unit_opts,
         "pairs": {"pairs", "left", "rel", "right"} | unit_opts,
+        "satisfies": {"satisfies"},
     }[head]
     for k in t:
         if k not in allowed:
@@ -334,6 +341,10 @@ def check_target(t: Any, path: str) -> None:
             _need_choice(t["as"], ("text", "heading", "json_key"), p("as"))
     elif head == "valid":
         _need_choice(v, VALID_FORMATS, p("valid"))
+    elif head == "satisfies":  # extension X8: how many of the conditions hold
+        if not isinstance(v, list) or not v:
+            raise ConstraintError(p("satisfies"), f"expected a non-empty list of conditions, got {_show(v)}")
+        check_condition(v, p("satisfies"))
     elif head == "matches":
         _need_str(v, p("matches"))
         try:
@@ -411,7 +422,11 @@ def _check_value(v: Any, path: str, allow_previous: bool) -> None:
         p = _join(path)
         if set(v) - {"scope", "target"}:
             raise ConstraintError(path, f'a reference has only "scope" and "target", got {sorted(v)}')
-        check_scope(v.get("scope", []), p("scope"))
+        if v.get("scope") in ("self", "parent"):  # extension X9: the segment being checked, or its parent
+            if not allow_previous:
+                raise ConstraintError(p("scope"), f'"{v["scope"]}" is not allowed in a condition')
+        else:
+            check_scope(v.get("scope", []), p("scope"))
         check_target(v["target"], p("target"))
         return
     raise ConstraintError(path, 'expected a number, "previous", a reference {"scope": [...], "target": {...}} '

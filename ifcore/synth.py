@@ -311,15 +311,15 @@ def _instantiate(name: str, scope_name: str, doc: Doc, rng: random.Random, scope
 
 
 def _measure_first_word(scope, doc: Doc) -> str | None:
-    from ifcore.verify import _compile_scope
-
+    """The first word shared by every segment the scope selects (None if they differ, one is missing, or a
+    segment opens with something that is not a word, such as "- ")."""
+    probe = Constraint.from_dict({"scope": scope, "target": {"count": "word"}, "range": {"min": 0}})
     firsts = []
-    for span, missing, _ in _compile_scope(scope)(doc, doc.root):
-        words = doc.within("word", span)
-        if missing or not words or words[0][0] != span[0]:  # a segment opening with "- " starts with no word
+    for r in verify(probe, doc).records:
+        words = doc.within("word", r.span)
+        if r.actual is None or not words or words[0][0] != r.span[0]:
             return None
         firsts.append(doc.text[words[0][0]:words[0][1]])
-    # Traversal scopes need one word shared by every segment.
     return firsts[0] if firsts and len(set(firsts)) == 1 else None
 
 

@@ -196,27 +196,31 @@ class Doc:
             return inside
         if seg == self.root:
             return spans
-        # Text units are disjoint and sorted, so their ends are sorted too.
-        ends = self._ends(unit, prose)
-        out = []
-        for i in range(bisect.bisect_right(ends, s), len(spans)):
-            a, b = spans[i]
-            if a >= e:
-                break
-            a, b = max(a, s), min(b, e)
-            if unit != "word":
-                a, b = strip_span(self.text, a, b)
-            elif not _ALNUM_RE.search(self.text, a, b):
-                continue  # the part of a cut word inside the segment holds no letter or digit
-            if a < b:
-                out.append((a, b))
+        # Text units are disjoint and sorted, so their starts and ends are sorted too: the units overlapping
+        # the segment are one slice, and only the two at its edges may need clipping.
+        starts, ends = self._bounds(unit, prose)
+        i, j = bisect.bisect_right(ends, s), bisect.bisect_left(starts, e)
+        out = spans[i:j]
+        if out and (out[0][0] < s or out[-1][1] > e):
+            out = [c for c in (self._clip(unit, a, b, s, e) for a, b in out) if c]
         return out
 
-    def _ends(self, unit: str, prose: bool) -> list[int]:
-        cache = self.__dict__.setdefault("_ends_cache", {})
+    def _clip(self, unit: str, a: int, b: int, s: int, e: int) -> Span | None:
+        if s <= a and b <= e:
+            return a, b
+        a, b = max(a, s), min(b, e)
+        if unit != "word":
+            a, b = strip_span(self.text, a, b)
+        elif not _ALNUM_RE.search(self.text, a, b):
+            return None  # the part of a cut word inside the segment holds no letter or digit
+        return (a, b) if a < b else None
+
+    def _bounds(self, unit: str, prose: bool) -> tuple[list[int], list[int]]:
+        cache = self.__dict__.setdefault("_bounds_cache", {})
         key = (unit, prose)
         if key not in cache:
-            cache[key] = [b for _, b in self.units(unit, None, prose)]
+            spans = self.units(unit, None, prose)
+            cache[key] = ([a for a, _ in spans], [b for _, b in spans])
         return cache[key]
 
 
@@ -350,6 +354,17 @@ class _Markdown:
         last = len(self.line_starts) - 1
         a, b = min(a, last), min(b, last)
         return strip_span(self.text, self.line_starts[a], min(self.line_starts[b] - 1, len(self.text)))
+
+    @cached_property
+    def item_own(self) -> dict[Span, Span]:
+        """Each list item's own text: up to its first nested list (extension X6b, `exclude_nested`)."""
+        lists = self.blocks["list"]
+        out = {}
+        for a, b in self.elements["list_item"]:
+            i = bisect.bisect_right(lists, (a, len(self.text) + 1))
+            nested = lists[i] if i < len(lists) and lists[i][1] <= b else None
+            out[(a, b)] = strip_span(self.text, a, nested[0]) if nested else (a, b)
+        return out
 
     @cached_property
     def sections(self) -> list[Span]:

@@ -15,6 +15,7 @@ import json
 import math
 import re
 import unicodedata
+from xml.etree import ElementTree
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -73,16 +74,17 @@ def verify(constraint: Constraint | dict, response: str | Doc) -> Verdict:
     c = constraint if isinstance(constraint, Constraint) else Constraint.from_dict(constraint)
     doc = response if isinstance(response, Doc) else Doc(response)
     if c._plan is None:
-        c._plan = (_compile_scope(c.scope), _compile_target(c.target), _compile_range(c.range))
+        last = (c.scope[-1]["unit"], c.scope[-1].get("kind")) if c.scope else ("response", None)
+        c._plan = (_compile_scope(c.scope), _compile_target(c.target, last), _compile_range(c.range))
     select, measure, (bounds, uses_previous) = c._plan
     records, ev_all, ev_bad = [], [], []
     prev_value, prev_group = None, object()
-    for span, missing, group in select(doc, doc.root):
+    for span, missing, group, parent in select(doc, doc.root):
         if missing:
             if uses_previous:
                 prev_group = object()  # nothing to compare the next segment with
                 continue
-            lo, hi, _ = bounds(doc, None)
+            lo, hi, _ = bounds(doc, None, span, parent)
             rec, ev = Record(lo, hi, None, span), [span]
         else:
             value, ev = measure(doc, span)
@@ -90,7 +92,7 @@ def verify(constraint: Constraint | dict, response: str | Doc) -> Verdict:
             prev, prev_value, prev_group = prev_value, value, group
             if uses_previous and not has_prev:
                 continue
-            lo, hi, resolved = bounds(doc, prev)
+            lo, hi, resolved = bounds(doc, prev, span, parent)
             rec = Record(lo, hi, value if resolved else None, span)
         records.append(rec)
         ev_all.extend(ev)
@@ -137,28 +139,36 @@ def verify_jsonl(fin, fout, alpha: float = 3.0) -> int:
 
 # ---- scope ----------------------------------------------------------------------------------------------
 
-def _unit_getter(d: dict, unit_key: str = "unit"):
-    """`(doc, seg) -> spans` for a unit with its kind and filter options (extensions X6, X7)."""
+def _unit_getter(d: dict, unit_key: str = "unit", parent: tuple | None = None):
+    """`(doc, seg) -> spans` for a unit with its kind and filter options (extensions X6, X7). When the
+    segments are themselves units of the same kind (`parent`), a segment is not one of its own parts: the
+    list items of a list item are its sub-items."""
     unit, kind, prose = d[unit_key], d.get("kind"), bool(d.get("prose"))
     filters = []
+    if parent == (unit, kind) and unit in ("block", "element", "section"):
+        filters.append(lambda doc, sp, seg: sp != seg)
     if "level" in d:
-        filters.append(lambda doc, sp, v=d["level"]: doc.markdown.level.get(sp) == v)
+        filters.append(lambda doc, sp, seg, v=d["level"]: doc.markdown.level.get(sp) == v)
     if "ordered" in d:
-        filters.append(lambda doc, sp, v=d["ordered"]: doc.markdown.ordered.get(sp) == v)
+        filters.append(lambda doc, sp, seg, v=d["ordered"]: doc.markdown.ordered.get(sp) == v)
     if "lang" in d:
-        filters.append(lambda doc, sp, v=d["lang"].lower(): doc.markdown.lang.get(sp) == v)
+        filters.append(lambda doc, sp, seg, v=d["lang"].lower(): doc.markdown.lang.get(sp) == v)
     if "column" in d:
         col = d["column"]
         if isinstance(col, int):
-            filters.append(lambda doc, sp: doc.markdown.column.get(sp, (None, ""))[0] == col)
+            filters.append(lambda doc, sp, seg: doc.markdown.column.get(sp, (None, ""))[0] == col)
         else:
             want = col.strip().casefold()
-            filters.append(lambda doc, sp: doc.markdown.column.get(sp, (None, ""))[1].casefold() == want)
+            filters.append(lambda doc, sp, seg: doc.markdown.column.get(sp, (None, ""))[1].casefold() == want)
+
+    own = bool(d.get("exclude_nested"))
 
     def get(doc: Doc, seg: Span) -> list[Span]:
         spans = doc.within(unit, seg, kind, prose)
         for f in filters:
-            spans = [sp for sp in spans if f(doc, sp)]
+            spans = [sp for sp in spans if f(doc, sp, seg)]
+        if own:  # extension X6b: a list item without its nested sub-lists
+            spans = [doc.markdown.item_own[sp] for sp in spans]
         return spans
 
     return get
@@ -168,8 +178,10 @@ def _compile_scope(scope: list[dict]):
     """The scope as a function doc, root -> [(span, missing, group)] in document order; `group` identifies
     the parent segment of the last step, so that "previous" never crosses parents."""
     steps = []
+    parent = ("response", None)
     for step in scope:
-        get = _unit_getter(step)
+        get = _unit_getter(step, parent=parent)
+        parent = (step["unit"], step.get("kind"))
         sel = step["select"]
         if sel == "each":
             steps.append(lambda doc, seg, get=get: [(u, False) for u in get(doc, seg)])
@@ -187,40 +199,49 @@ def _compile_scope(scope: list[dict]):
                 return [((units[0][0], units[-1][1]), False)] if units else [(seg, True)]
             steps.append(cut)
         else:
-            cond = _compile_condition(step["if"])
+            cond = _compile_condition(step["if"], parent)
             steps.append(lambda doc, seg, get=get, cond=cond: [(u, False) for u in get(doc, seg) if cond(doc, u)])
 
     def select(doc: Doc, root: Span):
-        current = [(root, False, 0)]
+        """[(span, missing, parent_id, parent_span)]; parent_id tells siblings apart for "previous"."""
+        current = [(root, False, 0, root)]
         for step in steps:
             nxt = []
-            for parent_id, (seg, missing, _) in enumerate(current):
+            for parent_id, (seg, missing, _, _) in enumerate(current):
                 if missing:  # a missing segment has no parts; it stays one missing record
-                    nxt.append((seg, True, parent_id))
+                    nxt.append((seg, True, parent_id, seg))
                 else:
-                    nxt.extend((sp, miss, parent_id) for sp, miss in step(doc, seg))
+                    nxt.extend((sp, miss, parent_id, seg) for sp, miss in step(doc, seg))
             current = nxt
         return current
 
     return select
 
 
-def _compile_condition(cond):
+def _compile_condition(cond, parent: tuple | None = None, count: bool = False):
+    """A unit's condition(s): all must hold (`count`: how many hold, extension X8). A condition with its own
+    `scope` (extension X10) holds when that scope selects parts of the unit and every part passes."""
     parts = []
     for c in cond if isinstance(cond, list) else [cond]:
-        measure = _compile_target(c["target"])
-        bounds, _ = _compile_range(c["range"])
-        parts.append((measure, bounds))
+        sub = c.get("scope")
+        last = (sub[-1]["unit"], sub[-1].get("kind")) if sub else parent
+        parts.append((_compile_scope(sub) if sub else None, _compile_target(c["target"], last),
+                      _compile_range(c["range"])[0]))
 
-    def holds(doc: Doc, span: Span) -> bool:
-        for measure, bounds in parts:
-            value = measure(doc, span)[0]
-            lo, hi, resolved = bounds(doc, None)
-            if not resolved or (lo is not None and value < lo) or (hi is not None and value > hi):
-                return False
-        return True
+    def passes(doc: Doc, span: Span, measure, bounds) -> bool:
+        value = measure(doc, span)[0]
+        lo, hi, resolved = bounds(doc, None, span, span)
+        return resolved and (lo is None or value >= lo) and (hi is None or value <= hi)
 
-    return holds
+    def one(doc: Doc, span: Span, select, measure, bounds) -> bool:
+        if select is None:
+            return passes(doc, span, measure, bounds)
+        picked = select(doc, span)
+        return bool(picked) and all(not miss and passes(doc, sp, measure, bounds) for sp, miss, _, _ in picked)
+
+    if count:
+        return lambda doc, span: sum(one(doc, span, *p) for p in parts)
+    return lambda doc, span: all(one(doc, span, *p) for p in parts)
 
 
 # ---- range ----------------------------------------------------------------------------------------------
@@ -234,10 +255,10 @@ def _compile_range(r: dict):
         uses_previous |= prev
         parts.append((key, value))
 
-    def bounds(doc: Doc, previous):
+    def bounds(doc: Doc, previous, seg: Span, parent: Span):
         lo = hi = None
         for key, value in parts:
-            x = value(doc, previous)
+            x = value(doc, previous, seg, parent)
             if x is None:
                 return None, None, False
             if key in ("min", "ge", "eq", "gt"):
@@ -252,27 +273,35 @@ def _compile_range(r: dict):
 
 
 def _compile_value(v):
-    """A bound's value: a number, "previous", a reference, or k times / plus such a value."""
+    """A bound's value: a number, "previous", a reference, or k times / plus such a value. Each compiles to
+    `(doc, previous, seg, parent) -> number | None` (None: the reference did not resolve)."""
     if v == "previous":
-        return (lambda doc, prev: prev), True
+        return (lambda doc, prev, seg, parent: prev), True
     if isinstance(v, dict) and ("times" in v or "plus" in v):
         inner, prev = _compile_value(v["of"])
-        if "times" in v:
-            k = v["times"]
-            return (lambda doc, p: None if (x := inner(doc, p)) is None else _num(k * x)), prev
-        k = v["plus"]
-        return (lambda doc, p: None if (x := inner(doc, p)) is None else _num(x + k)), prev
-    if isinstance(v, dict):
-        select, measure = _compile_scope(v.get("scope", [])), _compile_target(v["target"])
+        k, times = (v["times"], True) if "times" in v else (v["plus"], False)
 
-        def ref(doc: Doc, prev):
+        def arithmetic(doc, p, seg, parent):
+            x = inner(doc, p, seg, parent)
+            return None if x is None else _num(k * x if times else x + k)
+        return arithmetic, prev
+    if isinstance(v, dict):
+        ref_scope = v.get("scope", [])
+        if ref_scope in ("self", "parent"):  # extension X9: measured on this segment or its parent
+            measure = _compile_target(v["target"])
+            pick_parent = ref_scope == "parent"
+            return (lambda doc, p, seg, parent: measure(doc, parent if pick_parent else seg)[0]), False
+        last = (ref_scope[-1]["unit"], ref_scope[-1].get("kind")) if ref_scope else ("response", None)
+        select, measure = _compile_scope(ref_scope), _compile_target(v["target"], last)
+
+        def ref(doc: Doc, p, seg, parent):
             # A reference must select exactly one existing segment; otherwise the bound is unresolved.
             picked = select(doc, doc.root)
             if len(picked) != 1 or picked[0][1]:
                 return None
             return measure(doc, picked[0][0])[0]
         return ref, False
-    return (lambda doc, prev: v), False
+    return (lambda doc, p, seg, parent: v), False
 
 
 def _num(x):
@@ -282,16 +311,16 @@ def _num(x):
 # ---- targets --------------------------------------------------------------------------------------------
 # One table from a target's head key to its compiler; each compiled measure is (doc, span) -> (int, evidence).
 
-def _count(t: dict):
+def _count(t: dict, parent: tuple | None = None):
     what = t["count"]
     if what == "occurrence":
         return _occurrences(t["any_of"] if "any_of" in t else [t["of"]], t.get("match", "word"),
                             t.get("case", "insensitive"))
     if what == "class":
         return _CLASS[t["of"]]
-    get = _unit_getter(t, "count")
+    get = _unit_getter(t, "count", parent)
     if "where" in t:  # extension X1: count only the units that meet the condition
-        cond = _compile_condition(t["where"])
+        cond = _compile_condition(t["where"], (t["count"], t.get("kind")))
 
         def count_where(doc, span):
             units = [u for u in get(doc, span) if cond(doc, u)]
@@ -470,6 +499,12 @@ def _is_valid(fmt: str, text: str) -> bool:
                 return True
             return isinstance(yaml.safe_load(body), (dict, list))
         except (ValueError, RecursionError, yaml.YAMLError):
+            return False
+    if fmt == "xml":
+        try:
+            ElementTree.fromstring(text)
+            return True
+        except (ElementTree.ParseError, RecursionError, ValueError):
             return False
     if fmt == "integer":
         return re.fullmatch(r"[+-]?\d+", text) is not None
@@ -661,16 +696,23 @@ def _pairs(t: dict):
     return count
 
 
+def _satisfies(t: dict):
+    holds = _compile_condition(t["satisfies"], count=True)
+    return lambda doc, span: (holds(doc, span), [span])
+
+
 TARGETS = {
+    "satisfies": _satisfies,
     "count": _count, "depth": _depth, "has": _has, "valid": _valid, "matches": _matches,
     "starts_with": _boundary, "ends_with": _boundary, "wrapped": _boundary, "sorted": _sorted,
     "chain": _chain, "acrostic": _acrostic, "distinct": _distinct, "pairs": _pairs,
 }
 
 
-def _compile_target(t: dict):
+def _compile_target(t: dict, parent: tuple | None = None):
+    """`parent` is the unit (and kind) of the segments the target is measured on."""
     head = next(k for k in TARGETS if k in t)
-    return TARGETS[head](t)
+    return TARGETS[head](t, parent) if head == "count" else TARGETS[head](t)
 
 
 def _merge(spans: list[Span]) -> list[Span]:
