@@ -36,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--responses", required=True, help="JSONL {prompt, response}, the official input format")
     p.add_argument("--output-dir", default=".", help="for eval_results_{strict,loose}.jsonl (scopeif: verdicts.jsonl) "
                                                      "and summary.json (default: .)")
+    p.add_argument("--letter-seed", default="paper",
+                   help="ifeval: the 2023 official code draws a random letter for a non-letter keywords:letter_frequency "
+                        "kwarg; 'paper' (default) seeds the draws as the IFEval paper's run, an integer seeds them, "
+                        "'none' reads the character literally as the current official code does")
     p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
 
@@ -84,8 +88,12 @@ def main(argv: list[str] | None = None) -> int:
 
         from ifcore.bench.ifeval import run_benchmark
 
+        from ifcore.bench.ifeval import PAPER_LETTER_SEED
+
+        seed = {"paper": PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
         try:
-            run_benchmark(args.what, Path(args.responses), Path(args.output_dir))
+            run_benchmark(args.what, Path(args.responses), Path(args.output_dir),
+                          letter_seed=None if seed is None else int(seed))
         except (OSError, ValueError) as e:
             parser.exit(2, f"ifcore eval: error: {e}\n")
         return 0

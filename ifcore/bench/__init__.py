@@ -1,0 +1,1 @@
+"""Benchmarks: IFEval, IFBench and ScopeIF-Test evaluation, and speed benchmarks."""
