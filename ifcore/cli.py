@@ -43,6 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
 
+    p = sub.add_parser("labels", help="OpenRLHF prompt rows {prompt, label} from IFEval/IFBench-style rows "
+                                      "(the instruction types schema v1 expresses; docs/graded_ifeval.md)")
+    p.add_argument("what", choices=["ifeval", "ifbench"], help="whose shipped prompts to read without --input")
+    p.add_argument("--input", help="JSONL {prompt, instruction_id_list, kwargs} (default: the shipped prompts)")
+    p.add_argument("--output", help="JSONL file (default: standard output)")
+    p.add_argument("--approximate", action="store_true",
+                   help="also use the approximate mappings (their agreement with the official checkers is below 100%%"
+                        " or their rule differs)")
+
     p = sub.add_parser("synth", help="synthesize ScopeInstruct-style train/test JSONL (factorized, from a seed)")
     p.add_argument("--out", required=True, help="directory for train.jsonl, test.jsonl, stats.json")
     p.add_argument("--train", type=int, default=4000, help="training instructions (default: 4000)")
@@ -107,6 +116,23 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as e:
             parser.exit(2, f"ifcore eval: error: {e}\n")
         print(json.dumps({k: v for k, v in summary.items() if k != "by_category"}, indent=1))
+        return 0
+    if args.command == "labels":
+        from ifcore.bench import mapping
+        from ifcore.bench.ifbench import PROMPTS as IFBENCH_PROMPTS
+        from ifcore.bench.ifeval import PROMPTS as IFEVAL_PROMPTS, read_jsonl
+
+        try:
+            rows = read_jsonl(args.input or (IFEVAL_PROMPTS if args.what == "ifeval" else IFBENCH_PROMPTS),
+                              ("prompt", "instruction_id_list", "kwargs"))
+            with _open_out(args.output) as fout:
+                counts = mapping.write_labels(rows, fout, approximate=args.approximate)
+        except (OSError, ValueError) as e:
+            parser.exit(2, f"ifcore labels: error: {e}\n")
+        skipped = ", ".join(f"{k} ({n})" for k, n in counts["skipped"].items()) or "none"
+        print(f"{counts['mapped']} of {counts['instructions']} instructions mapped; {counts['written']} of "
+              f"{counts['rows']} rows written (the others have no mapped instruction); skipped: {skipped}",
+              file=sys.stderr)
         return 0
     if args.command == "bench" and args.what == "ifeval":
         from ifcore.bench.official import bench_ifeval
