@@ -106,3 +106,51 @@ def save(fig, stem: str | Path) -> list[str]:
     fig.savefig(paths[0], dpi=150, bbox_inches="tight")
     fig.savefig(paths[1], bbox_inches="tight")
     return paths
+
+
+ARM_LABELS = {"ila": "RL-ILA", "cla": "RL-CLA", "scopeif": "ScopeIF", "scopeif_flat": "ScopeIF wo HRA",
+              "raif": "RAIF"}
+
+
+def _arm_colour(i: int) -> str:
+    return PALETTE[(i + 4) % len(PALETTE)] if i < 4 else PALETTE[i % len(PALETTE)]
+
+
+def curves(ax, df, metric: str, row_type: str = "eval", arms=None):
+    """metric against step for each arm: the mean over seeds and the band between the lowest and highest seed."""
+    rows = df[(df["type"] == row_type) & df[metric].notna()]
+    for i, arm in enumerate(arms or sorted(rows["arm"].unique())):
+        g = rows[rows["arm"] == arm].groupby("step")[metric]
+        mean, lo, hi = g.mean(), g.min(), g.max()
+        colour = _arm_colour(i)
+        ax.plot(mean.index, mean.values, color=colour, label=f"{ARM_LABELS.get(arm, arm)} (n={g.count().max()})")
+        ax.fill_between(mean.index, lo.values, hi.values, color=colour, alpha=0.15, linewidth=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel(metric.replace("_", " "))
+
+
+def final_bars(ax, df, metrics: list[str], arms=None, labels=None):
+    """Each arm's value of each metric at its last evaluation: mean over seeds, with the seeds as dots."""
+    import numpy as np
+
+    ev = df[df["type"] == "eval"]
+    last = ev[ev["step"] == ev.groupby(["arm", "seed"])["step"].transform("max")]
+    arms = arms or sorted(last["arm"].unique())
+    width = 0.8 / len(arms)
+    x = np.arange(len(metrics))
+    for i, arm in enumerate(arms):
+        sub = last[last["arm"] == arm]
+        means = [sub[m].mean() for m in metrics]
+        ax.bar(x + i * width, means, width, color=_arm_colour(i), label=ARM_LABELS.get(arm, arm))
+        for j, m in enumerate(metrics):
+            ax.scatter(np.full(len(sub), x[j] + i * width), sub[m], color="black", s=6, zorder=3)
+    ax.set_xticks(x + width * (len(arms) - 1) / 2, labels or metrics)
+
+
+def distributions(ax, values_by_arm: dict, bins=30, xlabel: str = "reward"):
+    """Histograms (as step outlines) of per-rollout values, one per arm."""
+    for i, (arm, values) in enumerate(values_by_arm.items()):
+        ax.hist(values, bins=bins, histtype="step", density=True, linewidth=1.5, color=_arm_colour(i),
+                label=ARM_LABELS.get(arm, arm))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("density")

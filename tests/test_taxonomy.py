@@ -81,6 +81,8 @@ SELECTOR_CASES = {
     "traversal/sentence": ([each("sentence")], {"count": "word"}, {"max": 4},
                            [(N, 4, n) for n in (2, 4, 4, 1, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 8, 2, 3)], False),
     "traversal/word": ([each("word")], {"count": "char"}, {"max": 10}, None, True),
+    "traversal/char": ([at("word", 0), each("char")], {"count": "class", "of": "uppercase"}, {"max": 0},
+                       [(N, 0, 1), (N, 0, 0), (N, 0, 0), (N, 0, 0)], False),  # T r i p
     # Position
     "position/section": ([at("section", 1)], {"has": ["tent", "map"]}, {"eq": 2}, [(2, 2, 2)], True),
     "position/block": ([at("block", 0, kind="table")], {"count": "element", "kind": "table_row"}, {"eq": 2},

@@ -1,0 +1,303 @@
+"""The embedded trainer (ifcore.train): the GRPO loss on hand-computed cases, the policy directory through
+from_pretrained, the metrics contract, determinism under a seed, an exact resume after a SIGKILL, and the
+cache of default assets.
+
+Data: a small interim ScopeInstruct-like generator below (witness texts, hindsight-relabelled constraints over
+all five selectors), so these tests do not depend on ifcore.synth. Models are tiny (about 30k parameters).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from ifcore.rewards import score_response  # noqa: E402
+from ifcore.schema import parse_label  # noqa: E402
+from ifcore.train.grpo import TIMING_KEYS, grpo_loss, load_config, read_rows, train  # noqa: E402
+from ifcore.train.model import THINK_CLOSE, THINK_OPEN, chat_prompt, load_policy  # noqa: E402
+from ifcore.train.sft import WarmStartConfig, default_assets, warm_start  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+# ---- interim data: witness texts and constraints they satisfy ----------------------------------------------
+
+WORDS = "river stone light cloud bird tree water field night song wind rain road hill snow fire".split()
+
+
+def _witness(rng: random.Random) -> str:
+    return "\n\n".join(
+        " ".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 5))).capitalize() + "."
+                 for _ in range(rng.randint(1, 3)))
+        for _ in range(rng.randint(1, 3)))
+
+
+def _relabel(text: str, rng: random.Random) -> list[dict]:
+    paras = [[s.rstrip(".").split() for s in p.split(". ")] for p in text.split("\n\n")]
+    sents = [s for p in paras for s in p]
+    words = [w.lower() for s in sents for w in s]
+    w = rng.choice(words)
+    each = [{"unit": "paragraph", "select": "each"}]
+    families = [
+        ([], {"count": "word"}, {"min": len(words) - 1, "max": len(words) + 1},
+         f"Answer in {len(words) - 1} to {len(words) + 1} words."),
+        ([], {"starts_with": sents[0][0]}, {"eq": 1}, f'Start with the word "{sents[0][0]}".'),
+        ([], {"count": "occurrence", "of": w}, {"min": words.count(w)}, f'Use "{w}" at least {words.count(w)} times.'),
+        (each, {"count": "sentence"}, {"max": max(map(len, paras))},
+         f"Each paragraph has at most {max(map(len, paras))} sentences."),
+        ([{"unit": "sentence", "select": "at", "index": 0}], {"count": "word"}, {"eq": len(sents[0])},
+         f"The first sentence has exactly {len(sents[0])} words."),
+        (each + [{"unit": "sentence", "select": "at", "index": -1}], {"count": "word"},
+         {"max": max(len(p[-1]) for p in paras)}, f"Each paragraph ends with at most {max(len(p[-1]) for p in paras)} words."),
+        ([{"unit": "sentence", "select": "where", "if": {"target": {"count": "occurrence", "of": w}, "range": {"min": 1}}}],
+         {"count": "word"}, {"min": 1}, f'Every sentence with "{w}" has a word.'),
+    ]
+    return [{"text": t, "scope": s, "target": g, "range": r} for s, g, r, t in rng.sample(families, rng.randint(1, 3))]
+
+
+def _example(rng: random.Random) -> tuple[dict, str]:
+    text = _witness(rng)
+    constraints = _relabel(text, rng)
+    prompt = "Write a short text. " + " ".join(c["text"] for c in constraints)
+    return {"prompt": prompt, "label": json.dumps({"constraints": constraints})}, text
+
+
+def interim_rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [_example(rng)[0] for _ in range(n)]
+
+
+def interim_sft_pairs(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [{"prompt": row["prompt"], "response": text} for row, text in (_example(rng) for _ in range(n))]
+
+
+def _write_rows(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+TINY_MODEL = dict(vocab_size=320, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
+                  max_positions=256, pairs=300, steps=40, batch_size=16, lr=3e-3, train_rows=200, test_rows=16)
+TINY_RUN = dict(prompts_per_step=4, group_size=4, max_new_tokens=24, micro_batch=8, eval_prompts=8,
+                eval_every=2, save_every=2, lr=1e-3)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train_assets")
+    policy = warm_start(interim_sft_pairs(300, seed=0), WarmStartConfig(**TINY_MODEL), root / "policy", progress=False)
+    return {"model": str(policy),
+            "train_data": _write_rows(root / "train.jsonl", interim_rows(200, seed=1)),
+            "test_data": _write_rows(root / "test.jsonl", interim_rows(16, seed=2))}
+
+
+def _rows(metrics: Path) -> list[dict]:
+    return [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def _without_timings(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+
+
+# ---- the interim data itself is sound -----------------------------------------------------------------------
+
+def test_interim_pairs_satisfy_their_constraints():
+    rng = random.Random(7)
+    for _ in range(200):
+        row, text = _example(rng)
+        s = score_response(f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n{text}", parse_label(row["label"]), think="required")
+        assert all(s["satisfied"]) and s["reward"] == 1.0, (text, row["label"])
+
+
+# ---- the loss on hand-computed cases ------------------------------------------------------------------------
+
+def _t(*rows):
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def test_grpo_loss_clipped_ratio():
+    # ratio 2 and 1/2 against eps 0.2: min(rho A, clip(rho) A) for A = +1 and -1
+    logp = torch.log(_t([0.5, 0.25, 0.5, 0.25]))
+    old = torch.log(_t([0.25, 0.5, 0.25, 0.5]))
+    adv = _t([1.0, 1.0, -1.0, -1.0])
+    mask = _t([1, 1, 1, 1])
+    loss, kl, clip = grpo_loss(logp, old, logp, adv, mask, clip_eps=0.2, kl_coef=0.0)
+    # per token -min(...): -min(2, 1.2) = -1.2; -min(.5, .8) = -.5; -min(-2, -1.2) = 2; -min(-.5, -.8) = .8
+    assert loss.item() == pytest.approx((-1.2 - 0.5 + 2.0 + 0.8) / 4)
+    assert kl.item() == pytest.approx(0.0)
+    assert clip.item() == pytest.approx(0.5)  # the clipped term wins on tokens 1 and 4
+
+
+def test_grpo_loss_k3_kl_and_length_mean():
+    # ratio 1 (on-policy) and A = 0: only the KL term; pi_ref/pi = 1/2 gives k3 = 1/2 + log 2 - 1
+    k3 = 0.5 + math.log(2.0) - 1.0
+    logp = torch.log(_t([0.5, 0.5, 0.5], [0.5, 0.5, 0.5]))
+    ref = torch.log(_t([0.25, 0.25, 0.25], [0.5, 0.5, 0.5]))
+    zeros = torch.zeros_like(logp)
+    loss, kl, _ = grpo_loss(logp, logp, ref, zeros, _t([1, 0, 0], [1, 1, 1]), clip_eps=0.2, kl_coef=0.1)
+    # response 1: one token with k3; response 2: three tokens with 0; each response is a token mean first
+    assert loss.item() == pytest.approx(0.1 * (k3 + 0.0) / 2)
+    assert kl.item() == pytest.approx(k3 / 4)
+    # k3 is an unbiased, non-negative estimate of KL(pi || ref) when tokens are sampled from pi
+    p, q = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64), torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    exact = (p * (p / q).log()).sum()
+    estimate = (p * ((q / p) - (q / p).log() - 1)).sum()
+    assert estimate.item() == pytest.approx(exact.item())
+
+
+def test_grpo_loss_gradient_is_the_policy_gradient():
+    # On-policy (old = logp), unclipped: d loss / d logp_t = -A_i / |y_i| on each unmasked token.
+    logp = torch.log(_t([0.3, 0.6, 0.9], [0.2, 0.4, 0.8])).requires_grad_(True)
+    adv = _t([2.0, 2.0, 2.0], [-1.0, -1.0, -1.0])
+    mask = _t([1, 1, 0], [1, 1, 1])
+    loss, _, _ = grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, clip_eps=0.2, kl_coef=0.5)
+    loss.backward()
+    expected = _t([-2.0 / 2, -2.0 / 2, 0.0], [1.0 / 3, 1.0 / 3, 1.0 / 3]) / 2  # / 2 responses
+    assert torch.allclose(logp.grad, expected)
+
+
+# ---- the policy directory through from_pretrained -------------------------------------------------------------
+
+def test_policy_directory_loads_through_from_pretrained(assets):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, tokenizer = load_policy(assets["model"])
+    assert model.config.model_type == "qwen3"
+    assert tokenizer.padding_side == "left"
+    for tag in (THINK_OPEN, THINK_CLOSE):
+        assert len(tokenizer(tag, add_special_tokens=False).input_ids) == 1
+    assert tokenizer.decode(tokenizer(f"{THINK_OPEN}a{THINK_CLOSE}b<|im_end|>").input_ids,
+                            skip_special_tokens=True) == f"{THINK_OPEN}a{THINK_CLOSE}b"
+    assert chat_prompt(tokenizer, "Hi").endswith("<|im_start|>assistant\n")
+    assert chat_prompt(tokenizer, "Hi", think=False).endswith(f"<|im_start|>assistant\n{THINK_OPEN}\n\n{THINK_CLOSE}\n\n")
+    # the plain Auto classes read the same directory and give the same logits
+    again = AutoModelForCausalLM.from_pretrained(assets["model"])
+    ids = AutoTokenizer.from_pretrained(assets["model"])(chat_prompt(tokenizer, "Hi"), return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, again(ids).logits)
+
+
+def test_train_takes_a_foreign_checkpoint_by_path(assets, tmp_path):
+    """A Qwen2 checkpoint with a right-padding tokenizer, saved elsewhere: --model PATH trains it unchanged
+    (here in the no-think mode, where the chat template supplies the empty think block)."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(assets["model"])
+    tokenizer.padding_side = "right"
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id))
+    model.save_pretrained(tmp_path / "qwen2")
+    tokenizer.save_pretrained(tmp_path / "qwen2")
+    cfg = load_config(None, **TINY_RUN, steps=1, output_dir=str(tmp_path / "run"), model=str(tmp_path / "qwen2"),
+                      train_data=assets["train_data"], test_data=assets["test_data"], think=False)
+    rows = _rows(train(cfg, progress=False))
+    assert [r["step"] for r in rows] == [0, 1, 1]
+
+
+# ---- metrics, determinism, resume ---------------------------------------------------------------------------
+
+def _run(assets, out: Path, **over):
+    cfg = load_config(None, **{**TINY_RUN, "steps": 3, **over}, output_dir=str(out), **assets)
+    return _rows(train(cfg, progress=False))
+
+
+def test_metrics_rows_and_determinism(assets, tmp_path):
+    first = _run(assets, tmp_path / "a", reward="scopeif")
+    assert [(r["type"], r["step"]) for r in first] == [
+        ("eval", 0), ("train", 1), ("train", 2), ("eval", 2), ("train", 3), ("eval", 3)]
+    for r in first:
+        if r["type"] == "train":
+            for k in ("reward_mean", "identical_pair_fraction", "kl", "entropy", "response_len", "step_seconds"):
+                assert isinstance(r[k], float) and math.isfinite(r[k]), k
+            assert 0 <= r["identical_pair_fraction"] <= 1 and r["kl"] >= 0 and r["entropy"] > 0
+        else:
+            assert {"eval_isr", "eval_csr", "eval_csr_global", "eval_csr_traversal", "eval_csr_position",
+                    "eval_csr_condition", "eval_csr_nested", "eval_sampled_isr", "eval_sampled_csr"} <= r.keys()
+            assert 0 <= r["eval_isr"] <= r["eval_csr"] <= 1
+    assert first[1]["kl"] == 0.0  # the first rollouts come from the reference itself
+    assert list((tmp_path / "a").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in (tmp_path / "a" / "checkpoints").iterdir()) == ["step_000002", "step_000003"]
+
+    # ScopeIF's graded reward ties fewer rollout pairs than ILA's all-or-nothing one (ScopeIF Fig. 4b)
+    ila = _run(assets, tmp_path / "ila", reward="ila")
+    def ties(rows):
+        return sum(r["identical_pair_fraction"] for r in rows if r["type"] == "train") / 3
+    assert ties(first) < ties(ila)
+
+    assert _without_timings(_run(assets, tmp_path / "b", reward="scopeif")) == _without_timings(first)
+    other = _run(assets, tmp_path / "c", reward="scopeif", seed=1)
+    assert _without_timings(other) != _without_timings(first)
+
+
+@pytest.mark.parametrize("reward", ["ila", "cla", "scopeif_flat", "raif"])
+def test_every_reward_kind_trains(assets, tmp_path, reward):
+    rows = _run(assets, tmp_path, reward=reward, steps=1)
+    bound = 3.0 if reward == "raif" else 1.0  # RAIF eq. 4-6 ranges over [-3, 3], the others over [0, 1]
+    assert (-bound if reward == "raif" else 0.0) <= rows[1]["reward_mean"] <= bound
+
+
+def test_resume_refuses_a_directory_with_other_settings(assets, tmp_path):
+    _run(assets, tmp_path / "a", steps=2)
+    with pytest.raises(ValueError, match="lr"):
+        _run(assets, tmp_path / "a", steps=3, lr=5e-4)
+
+
+def test_killed_run_resumes_exactly(assets, tmp_path):
+    steps = 6
+    uninterrupted = _run(assets, tmp_path / "whole", steps=steps, reward="ila")
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({**TINY_RUN, **assets}))
+    cmd = [sys.executable, "-m", "ifcore", "train", "--reward", "ila", "--steps", str(steps), "--seed", "0",
+           "--output-dir", str(tmp_path / "killed"), "--config", str(config)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    deadline = time.time() + 120
+    # Kill it once step 3 is logged: after the step-2 checkpoint, with a row the checkpoint does not cover.
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and '"type": "train", "step": 3,' in metrics.read_text():
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    assert proc.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
+    assert max(r["step"] for r in _rows(metrics)) < steps
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert _without_timings(_rows(metrics)) == _without_timings(uninterrupted)
+
+
+# ---- configuration and the cache of default assets --------------------------------------------------------------
+
+def test_config_file_then_flags(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("reward: cla\nsteps: 7\ngroup_size: 4\n")
+    cfg = load_config(str(path), steps=9, seed=None)
+    assert (cfg.reward, cfg.steps, cfg.group_size, cfg.seed) == ("cla", 9, 4, 0)
+    path.write_text("reward: cla\ngroupsize: 4\n")
+    with pytest.raises(ValueError, match="groupsize"):
+        load_config(str(path))
+
+
+def test_default_assets_are_built_once_and_cached(tmp_path, monkeypatch):
+    """With no model or data the trainer builds them from ifcore.synth into $IFCORE_CACHE, once."""
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))
+    cfg = load_config(None, **TINY_RUN, steps=1, output_dir=str(tmp_path / "run"), warm_start=TINY_MODEL)
+    rows = _rows(train(cfg, progress=False))
+    assert [r["step"] for r in rows] == [0, 1, 1]
+    paths = json.loads((tmp_path / "run" / "config.json").read_text())
+    entry = Path(paths["model"]).parent
+    assert entry.parent == tmp_path / "cache" and len(read_rows(paths["test_data"])) == TINY_MODEL["test_rows"]
+    built = (entry / "spec.json").stat().st_mtime_ns
+    assert default_assets(WarmStartConfig(**TINY_MODEL), progress=False)["model"] == paths["model"]
+    assert (entry / "spec.json").stat().st_mtime_ns == built  # cached: nothing rebuilt
