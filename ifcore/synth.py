@@ -29,7 +29,7 @@ from ifcore.schema import Constraint
 from ifcore.text import Doc
 from ifcore.verify import verify
 
-SYNTH_VERSION = 1
+SYNTH_VERSION = 3
 
 TOPICS = ["the sea", "a mountain walk", "winter mornings", "a small garden", "the city at night", "a river",
           "an old library", "the desert", "a train journey", "autumn leaves", "a busy market", "the stars",
@@ -49,12 +49,18 @@ ADVERBS = ["slowly", "softly", "again", "today", "alone", "still", "gently", "qu
 PREPS = ["by", "near", "under", "over", "beside", "across", "behind", "beyond"]
 SHOUT = ["NOW", "STOP", "LOOK", "WAIT", "HERE"]
 
-# Witness sizes: "tiny" fits the embedded CPU policy; "full" gives ~300-word responses (benchmarks, examples).
+# Witness sizes and the families in play. "full" gives ~300-word responses with every family (benchmarks,
+# realistic data). "tiny" is what a 0.5M-parameter policy can learn to read in minutes on a CPU: short
+# responses, the families whose wording maps onto something it can control, ranges tight around the witness
+# (a loose "at most 14 words" teaches nothing), and still every Scope selector and Range category.
 PROFILES = {
-    "tiny": {"paragraphs": (1, 3), "sentences": (1, 3), "words": (3, 6), "list_p": 0.15, "items": (2, 4),
-             "heading_p": 0.1, "max_constraints": 3},
+    "tiny": {"paragraphs": (1, 3), "sentences": (1, 3), "words": (3, 6), "list_p": 0.0, "items": (2, 4),
+             "heading_p": 0.0, "max_constraints": 3, "relative_p": 0.15, "slack": 1, "vocab": 8,
+             "targets": ("words", "sentences", "paragraphs", "keyword", "banned", "digits", "caps_words",
+                         "starts_with", "exclamations")},
     "full": {"paragraphs": (4, 7), "sentences": (3, 6), "words": (9, 18), "list_p": 0.3, "items": (3, 6),
-             "heading_p": 0.3, "max_constraints": 6},
+             "heading_p": 0.3, "max_constraints": 6, "relative_p": 0.25, "slack": 3, "targets": None,
+             "vocab": None},
 }
 
 ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"]
@@ -65,21 +71,30 @@ UNIT_LABEL = {"response": "Entire Response", "paragraph": "Paragraph", "sentence
 
 # ---- witness responses ------------------------------------------------------------------------------------
 
-def _sentence(rng: random.Random, n_words: int, topic_word: str) -> list[str]:
+def vocabulary(profile: str) -> dict[str, list[str]]:
+    """The word lists a profile's witnesses draw from (the tiny profile keeps the first few of each)."""
+    n = PROFILES[profile]["vocab"]
+    lists = {"nouns": NOUNS, "adjs": ADJS, "verbs": VERBS, "adverbs": ADVERBS, "preps": PREPS}
+    if not n:
+        return lists
+    return {k: xs[: n if k in ("nouns", "adjs", "verbs") else n // 2] for k, xs in lists.items()}
+
+
+def _sentence(rng: random.Random, n_words: int, topic_word: str, v: dict) -> list[str]:
     """About n_words words (phrases are never cut): subject, verb, then adverbs and prepositional phrases,
     now and then a number or a shouted word, so that digit and capital-word constraints have material."""
-    words = [rng.choice(["The", "A", "This", "One"]), rng.choice(ADJS), rng.choice(NOUNS + [topic_word]),
-             rng.choice(VERBS)]
+    words = [rng.choice(["The", "A", "This", "One"]), rng.choice(v["adjs"]), rng.choice(v["nouns"] + [topic_word]),
+             rng.choice(v["verbs"])]
     while len(words) < n_words:
         r = rng.random()
         if r < 0.1:
-            words += [str(rng.randint(2, 12)), rng.choice(NOUNS) + "s"]
+            words += [str(rng.randint(2, 12)), rng.choice(v["nouns"]) + "s"]
         elif r < 0.15:
             words.append(rng.choice(SHOUT))
         elif r < 0.5:
-            words.append(rng.choice(ADVERBS))
+            words.append(rng.choice(v["adverbs"]))
         else:
-            words += [rng.choice(PREPS), "the", rng.choice(NOUNS)]
+            words += [rng.choice(v["preps"]), "the", rng.choice(v["nouns"])]
     return words
 
 
@@ -87,6 +102,7 @@ def witness(rng: random.Random, topic: str, profile: str = "tiny") -> str:
     """A response built from a small grammar: paragraphs of sentences, sometimes a heading or a bulleted
     list; some are chained (each sentence starts with the previous one's last word) or have sorted items."""
     p = PROFILES[profile]
+    v = vocabulary(profile)
     topic_word = topic.split()[-1]
     chained = rng.random() < 0.15
     blocks = []
@@ -101,7 +117,7 @@ def witness(rng: random.Random, topic: str, profile: str = "tiny") -> str:
             continue
         sentences, last = [], None
         for _ in range(rng.randint(*p["sentences"])):
-            words = _sentence(rng, rng.randint(*p["words"]), topic_word)
+            words = _sentence(rng, rng.randint(*p["words"]), topic_word, v)
             if chained and last:
                 words[0] = last.capitalize()
             last = words[-1]
@@ -144,9 +160,11 @@ def _scopes(doc: Doc, rng: random.Random, words_in: list[str]):
 
 
 # Targets: (name, target dict builder, noun phrase (plural), singular, primary, secondary, scopes it fits).
-def _targets(doc: Doc, rng: random.Random, present: list[str]):
-    absent = [w for w in NOUNS + ADJS if w not in present]
-    kw = rng.choice(present) if present else rng.choice(NOUNS)
+def _targets(doc: Doc, rng: random.Random, present: list[str], candidates: list[str] = NOUNS + ADJS):
+    """The target families; keywords come from the witness (`present`), banned words from the other
+    `candidates` (the profile's vocabulary, so that a ban is something the policy could violate)."""
+    absent = [w for w in candidates if w not in present] or [w for w in NOUNS + ADJS if w not in present]
+    kw = rng.choice(present) if present else rng.choice(candidates)
     ban = rng.choice(absent)
     text_scopes = ("global", "each_paragraph", "each_sentence", "nth_paragraph", "nth_sentence",
                    "last_sentence_each_paragraph", "sentences_with_word", "each_item")
@@ -208,8 +226,8 @@ def _count_phrase(rng_dict: dict, noun: str, singular: str | None) -> str:
     return f"at most {rng_dict['max']} {singular if rng_dict['max'] == 1 and singular else noun}"
 
 
-def _choose_range(rng: random.Random, values: list[int]) -> tuple[dict, str] | None:
-    """An absolute range that admits every measured value, and its ScopeIF category."""
+def _choose_range(rng: random.Random, values: list[int], slack: int = 3) -> tuple[dict, str] | None:
+    """An absolute range that admits every measured value, at most `slack` wider on a side, and its category."""
     lo, hi = min(values), max(values)
     options = []
     if hi == 0:
@@ -217,10 +235,11 @@ def _choose_range(rng: random.Random, values: list[int]) -> tuple[dict, str] | N
     if lo == hi and hi > 0:
         options.append(({"eq": lo}, "Equality"))
     if lo > 0:
-        options.append(({"min": max(1, lo - rng.randint(0, 2))}, "One-Sided Bounds"))
-    options.append(({"max": hi + rng.randint(0, 3)}, "One-Sided Bounds"))
+        options.append(({"min": max(1, lo - rng.randint(0, slack))}, "One-Sided Bounds"))
+    options.append(({"max": hi + rng.randint(0, slack)}, "One-Sided Bounds"))
     if hi > 1:
-        options.append(({"min": max(0, lo - rng.randint(0, 2)), "max": hi + rng.randint(1, 3)}, "Intervals"))
+        options.append(({"min": max(0, lo - rng.randint(0, slack)), "max": hi + rng.randint(1, max(1, slack))},
+                        "Intervals"))
     r, label = rng.choice(options)
     if r.get("max") == 0 and "min" not in r:
         r, label = {"eq": 0}, "Prohibition"
@@ -234,7 +253,8 @@ def _measure(scope: list, target: dict, doc: Doc) -> list[int] | None:
     return [r.actual for r in v.records]
 
 
-def _instantiate(name: str, scope_name: str, doc: Doc, rng: random.Random, scopes, targets) -> dict | None:
+def _instantiate(name: str, scope_name: str, doc: Doc, rng: random.Random, scopes, targets,
+                 slack: int = 3) -> dict | None:
     """One atomic constraint of family (scope, target) that the witness satisfies, or None."""
     target, noun, singular, primary, secondary, _ = targets[name]
     target = dict(target)
@@ -293,7 +313,7 @@ def _instantiate(name: str, scope_name: str, doc: Doc, rng: random.Random, scope
         else:
             if name in ("lists", "items", "headings", "bullet_lines") and max(values) == 0 and rng.random() < 0.7:
                 return None  # "no lists" everywhere would swamp the data
-            rng_dict, range_label = _choose_range(rng, values)
+            rng_dict, range_label = _choose_range(rng, values, slack)
             if name == "keyword" and rng_dict.get("eq") == 0:
                 return None
             lower = phrase[0].lower() + phrase[1:]
@@ -379,10 +399,13 @@ def instruction(rng: random.Random, profile: str = "tiny", k: int | None = None)
         topic = rng.choice(TOPICS)
         response = witness(rng, topic, profile)
         doc = Doc(response)
+        v = vocabulary(profile)
         present = sorted({w.lower() for w in response.replace(".", " ").replace("!", " ").replace("?", " ").split()
-                          if w.isalpha() and w.lower() in NOUNS + ADJS})
+                          if w.isalpha() and w.lower() in v["nouns"] + v["adjs"]})
         scopes = _scopes(doc, rng, present)
-        targets = _targets(doc, rng, present)
+        targets = _targets(doc, rng, present, v["nouns"] + v["adjs"])
+        if p["targets"]:
+            targets = {k: v for k, v in targets.items() if k in p["targets"]}
         mode = (p["max_constraints"] + 2) // 2  # the most likely count: 2 of at most 3, 4 of at most 6
         want = k or rng.choices(range(1, p["max_constraints"] + 1),
                                 weights=[1.0 / (1 + abs(i - mode)) for i in range(1, p["max_constraints"] + 1)])[0]
@@ -392,14 +415,14 @@ def instruction(rng: random.Random, profile: str = "tiny", k: int | None = None)
         for t, (_, _, _, primary, _, fits) in targets.items():
             by_primary.setdefault(primary, []).extend((t, s) for s in fits if s in scopes)
         constraints, used = [], set()
-        if rng.random() < 0.25 and (rel := _relative(doc, rng)):
+        if rng.random() < p["relative_p"] and (rel := _relative(doc, rng)):
             constraints.append(rel)
         while len(constraints) < want and any(by_primary.values()):
             group = by_primary[rng.choice([k for k, v in by_primary.items() if v])]
             t, s = group.pop(rng.randrange(len(group)))
             if t in used:
                 continue  # one constraint per target family keeps instructions varied
-            c = _instantiate(t, s, doc, rng, scopes, targets)
+            c = _instantiate(t, s, doc, rng, scopes, targets, p["slack"])
             if c is not None:
                 constraints.append(c)
                 used.add(t)

@@ -47,11 +47,13 @@ def test_the_enumeration_covers_every_target_subcategory():
 
 
 def test_statistics_cover_all_range_categories_on_a_realistic_sample():
-    stats = synth.statistics(synth.dataset(600, seed=0), diversity_sample=50)
+    stats = synth.statistics(synth.dataset(400, seed=0, profile="full"), diversity_sample=50)
     assert set(stats["range"]) == {"One-Sided Bounds", "Prohibition", "Equality", "Intervals", "Comparison",
                                    "Arithmetic Relations"}
     assert set(stats["scope_selector"]) == {"Global", "Traversal", "Position", "Condition", "Nested"}
     assert len(stats["secondary_target"]) == 15
+    tiny = synth.statistics(synth.dataset(600, seed=0), diversity_sample=50)  # fewer families, every selector
+    assert set(tiny["scope_selector"]) == set(stats["scope_selector"]) and len(tiny["range"]) == 6
 
 
 def test_write_dataset_splits_are_disjoint(tmp_path):

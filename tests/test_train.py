@@ -224,7 +224,7 @@ def test_metrics_rows_and_determinism(assets, tmp_path):
             assert 0 <= r["identical_pair_fraction"] <= 1 and r["kl"] >= 0 and r["entropy"] > 0
         else:
             assert {"eval_isr", "eval_csr", "eval_csr_global", "eval_csr_traversal", "eval_csr_position",
-                    "eval_csr_condition", "eval_csr_nested", "eval_sampled_isr", "eval_sampled_csr"} <= r.keys()
+                    "eval_csr_condition", "eval_csr_nested", "eval_greedy_isr", "eval_greedy_csr"} <= r.keys()
             assert 0 <= r["eval_isr"] <= r["eval_csr"] <= 1
     assert first[1]["kl"] == 0.0  # the first rollouts come from the reference itself
     assert list((tmp_path / "a").glob("events.out.tfevents.*"))
@@ -275,6 +275,10 @@ def test_killed_run_resumes_exactly(assets, tmp_path):
     assert max(r["step"] for r in _rows(metrics)) < steps
     subprocess.run(cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert _without_timings(_rows(metrics)) == _without_timings(uninterrupted)
+    # Every rollout's reward too, one row per step, none repeated by the restart.
+    rollouts = (tmp_path / "killed" / "rollouts.jsonl").read_text()
+    assert rollouts == (tmp_path / "whole" / "rollouts.jsonl").read_text()
+    assert [json.loads(x)["step"] for x in rollouts.splitlines()] == list(range(1, steps + 1))
 
 
 # ---- configuration and the cache of default assets --------------------------------------------------------------

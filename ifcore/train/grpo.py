@@ -45,7 +45,8 @@ class TrainConfig:
     max_new_tokens: int = 64  # a rollout that reaches it is truncated: reward 0 through the format gate
     temperature: float = 1.0
     top_p: float = 1.0
-    lr: float = 1e-3  # for the ~0.5M-parameter toy; ScopeIF app. E.2 uses 2e-6 for Qwen3-4B/8B
+    lr: float = 5e-4  # for the 0.5M-parameter toy (1e-3 erased what the warm start learned, 2e-4 was slow);
+    #                   ScopeIF app. E.2 uses 2e-6 for Qwen3-4B/8B
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     ppo_epochs: int = 2  # optimizer steps per rollout batch; from the second one on the clip can bite
@@ -56,7 +57,8 @@ class TrainConfig:
     kl_coef: float = 1e-3
     token_advantages: str = "broadcast"  # broadcast: each response's advantage on all its tokens
     eval_every: int = 10
-    eval_prompts: int = 256  # the first N held-out rows, decoded greedily and sampled once
+    eval_prompts: int = 256  # the first N held-out rows
+    eval_samples: int = 4  # samples per held-out prompt behind eval_csr / eval_isr (greedy: eval_greedy_*)
     save_every: int = 10
     threads: int = 0  # torch CPU threads; 0 leaves torch's default
     warm_start: dict = field(default_factory=dict)  # overrides of sft.WarmStartConfig for the default policy
@@ -161,24 +163,27 @@ def read_rows(path: str) -> list[tuple[str, list]]:
 def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: int) -> dict:
     """Held-out ISR, CSR and CSR per ScopeIF selector (ScopeIF eq. 11-12), decoded two ways.
 
-    eval_*: greedy, the paper's protocol. eval_sampled_*: one sample per prompt from the rollout sampler
-    (temperature, top-p), the distribution GRPO optimizes; for a small high-entropy policy the two can
-    differ a lot, while for a real LLM they move together. A response that fails the format gate (truncated,
-    unclosed think) satisfies none of its constraints, as score_response counts it.
+    eval_*: `eval_samples` samples per prompt from the rollout sampler (temperature, top-p), averaged: the
+    expected CSR of the distribution GRPO optimizes, with the sampling noise averaged down. eval_greedy_*:
+    greedy decoding. For a real LLM the two move together; a 0.5M-parameter policy's greedy output is
+    degenerate (one argmax path, often repetitive), so its greedy figures move erratically and are kept for
+    reference. A response that fails the format gate (truncated, unclosed think) satisfies none of its
+    constraints, as score_response counts it.
     """
     from ifcore.rewards import score_response
 
     t0 = time.time()
     prompts = [chat_prompt(tokenizer, p, think=cfg.think) for p, _ in rows]
     row = {"type": "eval", "step": step}
-    for prefix, sample in (("eval", False), ("eval_sampled", True)):
+    for prefix, k in (("eval", cfg.eval_samples), ("eval_greedy", 0)):
         torch.manual_seed(2**40 + cfg.seed * 1_000_003 + step)  # apart from the rollout seeds
-        _, _, _, mask, texts, truncated = generate(model, tokenizer, prompts, cfg.max_new_tokens, device,
-                                                   autocast, sample=sample, temperature=cfg.temperature,
+        _, _, _, mask, texts, truncated = generate(model, tokenizer, prompts * max(k, 1), cfg.max_new_tokens, device,
+                                                   autocast, sample=k > 0, temperature=cfg.temperature,
                                                    top_p=cfg.top_p)
         per_scope: dict[str, list[bool]] = {s: [] for s in ("Global", "Traversal", "Position", "Condition", "Nested")}
         csr, isr = [], []
-        for (_, constraints), text, trunc in zip(rows, texts, truncated):
+        for i, (text, trunc) in enumerate(zip(texts, truncated)):
+            constraints = rows[i % len(rows)][1]
             ok = score_response(text, constraints, kind="ila", alpha=cfg.alpha, think=_think_mode(cfg),
                                 truncated=trunc)["satisfied"]
             csr.append(sum(ok) / len(ok) if ok else 1.0)
@@ -247,14 +252,16 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
 
     # A killed run may have written rows past its last checkpoint, the last one maybe cut short: keep only the
     # complete rows that the checkpoint covers.
-    metrics_path = out / "metrics.jsonl"
-    kept = []
-    if start and metrics_path.exists():
-        for line in metrics_path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                if json.loads(line)["step"] <= start:
-                    kept.append(line)
-    metrics_path.write_text("".join(line + "\n" for line in kept))
+    # rollouts.jsonl holds every rollout's reward per step (a notebook's reward distributions).
+    metrics_path, rollouts_path = out / "metrics.jsonl", out / "rollouts.jsonl"
+    for path in (metrics_path, rollouts_path):
+        kept = []
+        if start and path.exists():
+            for line in path.read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    if json.loads(line)["step"] <= start:
+                        kept.append(line)
+        path.write_text("".join(line + "\n" for line in kept))
     writer = SummaryWriter(str(out), purge_step=start + 1 if start else None)
 
     def log(row: dict) -> None:
@@ -291,6 +298,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         scores = [score_response(texts[i], batch[i // G][1], kind=cfg.reward, alpha=cfg.alpha,
                                  think=_think_mode(cfg), truncated=truncated[i]) for i in range(B * G)]
         rewards = np.array([s["reward"] for s in scores], dtype=float).reshape(B, G)
+        with open(rollouts_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, "rewards": [round(float(r), 6) for r in rewards.reshape(-1)]}) + "\n")
         advantages = torch.tensor(group_norm(rewards).reshape(-1), dtype=torch.float32, device=device)
         token_advantages = advantages[:, None].expand_as(mask)  # [B*G, T]; RTT replaces this later
 
