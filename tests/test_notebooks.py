@@ -30,6 +30,12 @@ def test_source_notebooks_have_no_outputs():
                 assert not cell.get("outputs") and cell.get("execution_count") is None, path.name
 
 
+def test_make_reproduce_executes_every_notebook():
+    makefile = (ROOT / "Makefile").read_text()
+    for path in NOTEBOOKS:
+        assert f"notebooks/{path.name} papermill_runs/{path.name}" in makefile, path.name
+
+
 def test_every_notebook_is_parameterized():
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
