@@ -29,7 +29,7 @@ from ifcore.schema import Constraint
 from ifcore.text import Doc
 from ifcore.verify import verify
 
-SYNTH_VERSION = 3
+SYNTH_VERSION = 4
 
 TOPICS = ["the sea", "a mountain walk", "winter mornings", "a small garden", "the city at night", "a river",
           "an old library", "the desert", "a train journey", "autumn leaves", "a busy market", "the stars",
@@ -163,7 +163,8 @@ def _scopes(doc: Doc, rng: random.Random, words_in: list[str]):
 def _targets(doc: Doc, rng: random.Random, present: list[str], candidates: list[str] = NOUNS + ADJS):
     """The target families; keywords come from the witness (`present`), banned words from the other
     `candidates` (the profile's vocabulary, so that a ban is something the policy could violate)."""
-    absent = [w for w in candidates if w not in present] or [w for w in NOUNS + ADJS if w not in present]
+    # A long witness can use every candidate; then the ban falls on filler words no witness contains.
+    absent = [w for w in candidates if w not in present] or ["however", "really", "very", "thing", "nice"]
     kw = rng.choice(present) if present else rng.choice(candidates)
     ban = rng.choice(absent)
     text_scopes = ("global", "each_paragraph", "each_sentence", "nth_paragraph", "nth_sentence",
@@ -358,6 +359,14 @@ def _relative(doc: Doc, rng: random.Random) -> dict | None:
                     "scope": [{"unit": "paragraph", "select": "each"}], "target": {"count": "word"},
                     "range": {"lt": "previous"},
                     "category": {"scope": "Traversal(Paragraph)", "primary_target": "Capacity",
+                                 "secondary_target": "Text Length", "range": "Comparison"}}
+        if counts[0] != counts[-1]:  # a longer witness is rarely monotone; compare its first and last paragraph
+            more = counts[-1] > counts[0]
+            return {"text": f"The last paragraph must contain {'more' if more else 'fewer'} words than the first.",
+                    "scope": [{"unit": "paragraph", "select": "at", "index": -1}], "target": {"count": "word"},
+                    "range": {"gt" if more else "lt": {"scope": [{"unit": "paragraph", "select": "at", "index": 0}],
+                                                       "target": {"count": "word"}}},
+                    "category": {"scope": "Position(Paragraph)", "primary_target": "Capacity",
                                  "secondary_target": "Text Length", "range": "Comparison"}}
     sentences = _measure([{"unit": "paragraph", "select": "each"}], {"count": "sentence"}, doc)
     if sentences and len(sentences) >= 2 and sentences[0] > 0:
