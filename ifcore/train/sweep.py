@@ -46,20 +46,20 @@ def run_arms(arms: list[str], seeds: list[int], steps: int, runs_dir, config: di
         default_assets(WarmStartConfig(**base.warm_start), progress=progress)
     runs_dir = Path(runs_dir)
     runs_dir.mkdir(parents=True, exist_ok=True)
-    todo = []
+    pending = []
     for arm in arms:
         for seed in seeds:
             path = run_dir(runs_dir, arm, seed)
             if not finished(path, steps):
                 path.mkdir(parents=True, exist_ok=True)
                 (path / "sweep_config.json").write_text(json.dumps({**config, "threads": 1}, indent=1))
-                todo.append((arm, seed, path))
+                pending.append((arm, seed, path))
     running: list[tuple[subprocess.Popen, Path, object]] = []
     failed = []
     t0 = time.time()
-    while todo or running:
-        while todo and len(running) < workers:
-            arm, seed, path = todo.pop(0)
+    while pending or running:
+        while pending and len(running) < workers:
+            arm, seed, path = pending.pop(0)
             log = open(path / "train.log", "a")
             cmd = [sys.executable, "-m", "ifcore", "train", "--reward", arm, "--seed", str(seed), "--steps",
                    str(steps), "--output-dir", str(path), "--config", str(path / "sweep_config.json")]
