@@ -10,9 +10,11 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ifcore.patterns import compile_pattern
 from ifcore.text import BLOCK_KINDS, ELEMENT_KINDS, UNITS
 
 SCHEMA_VERSION = 1
@@ -38,6 +40,9 @@ VALID_FORMATS = ("json", "yaml", "xml", "integer", "decimal", "number", "date", 
 DEPTH_KINDS = ("list", "json")
 BOUND_KEYS = ("min", "max", "eq", "gt", "lt", "ge", "le")
 COUNTABLE = tuple(u for u in UNITS if u != "response") + ("occurrence", "class")
+# The deepest nesting of objects and lists in one constraint (the shipped ones reach 7): deeper labels are
+# rejected before anything recurses into them.
+MAX_DEPTH = 32
 
 
 class ConstraintError(ValueError):
@@ -62,6 +67,7 @@ class Constraint:
     def from_dict(cls, d: Any, path: str = "") -> "Constraint":
         if not isinstance(d, dict):
             raise ConstraintError(path, f"expected a constraint object, got {_show(d)}")
+        _check_depth(d, path)
         p = _join(path)
         allowed = {"id", "text", "scope", "target", "range", "category"}
         for k in d:
@@ -123,6 +129,8 @@ def parse_label(label: Any, where: str = "label") -> list[Constraint]:
             label = json.loads(label)
         except ValueError as e:
             raise ConstraintError(where, f"not valid JSON ({e})") from None
+        except RecursionError:
+            raise ConstraintError(where, "not valid JSON (nested too deeply)") from None
     if isinstance(label, dict):
         if "constraints" not in label:
             raise ConstraintError(where, 'expected an object with a "constraints" list')
@@ -141,8 +149,24 @@ def _join(path: str):
 
 
 def _show(x: Any) -> str:
-    s = json.dumps(x, ensure_ascii=False, default=str) if not isinstance(x, str) else repr(x)
+    try:
+        s = json.dumps(x, ensure_ascii=False, default=str) if not isinstance(x, str) else repr(x)
+    except (ValueError, RecursionError):  # a circular or too deeply nested value
+        s = f"a {type(x).__name__}"
     return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _check_depth(d: Any, path: str) -> None:
+    """Iteratively, so that a label nested thousands deep is an error naming where, not a RecursionError."""
+    stack = [(d, path, 1)]
+    while stack:
+        x, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConstraintError(where, f"nested more than {MAX_DEPTH} levels deep")
+        if isinstance(x, dict):
+            stack.extend((v, f"{where}.{k}" if where else str(k), depth + 1) for k, v in x.items())
+        elif isinstance(x, list):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x))
 
 
 def _is_int(x: Any) -> bool:
@@ -150,7 +174,8 @@ def _is_int(x: Any) -> bool:
 
 
 def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+    """A finite number within float range: bounds meet float arithmetic in the graded rewards."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and abs(x) <= sys.float_info.max
 
 
 def _need_str(x: Any, path: str, nonempty: bool = True) -> None:
@@ -348,9 +373,9 @@ def check_target(t: Any, path: str) -> None:
     elif head == "matches":
         _need_str(v, p("matches"))
         try:
-            re.compile(v)
-        except re.error as e:
-            raise ConstraintError(p("matches"), f"not a valid regular expression ({e})") from None
+            compile_pattern(v)
+        except ValueError as e:
+            raise ConstraintError(p("matches"), f"cannot be used as a regular expression: {e}") from None
     elif head in ("starts_with", "ends_with"):
         _need_str(v, p(head))
     elif head == "wrapped":
@@ -403,6 +428,8 @@ def check_range(r: Any, path: str, allow_previous: bool) -> None:
 def _check_value(v: Any, path: str, allow_previous: bool) -> None:
     if _is_num(v):
         return
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        raise ConstraintError(path, f"expected a finite number within float range, got {_show(v)}")
     if v == "previous":
         if not allow_previous:
             raise ConstraintError(path, '"previous" is not allowed here (a condition compares a unit with itself)')
@@ -413,7 +440,7 @@ def _check_value(v: Any, path: str, allow_previous: bool) -> None:
         if set(v) != {op, "of"}:
             raise ConstraintError(path, f'expected {{"{op}": k, "of": REF}}, got {_show(v)}')
         if not _is_num(v[op]):
-            raise ConstraintError(p(op), f"expected a number, got {_show(v[op])}")
+            raise ConstraintError(p(op), f"expected a finite number within float range, got {_show(v[op])}")
         _check_value(v["of"], p("of"), allow_previous)
         if _is_num(v["of"]):
             raise ConstraintError(p("of"), "expected a reference or \"previous\", not a number")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+from collections.abc import Sequence
 from functools import cached_property
 
 import punkt
@@ -64,6 +65,40 @@ def strip_span(text: str, start: int, end: int) -> Span:
     while end > start and text[end - 1].isspace():
         end -= 1
     return start, end
+
+
+class CharSpans(Sequence):
+    """The char units (i, i + 1) of start..stop, made one at a time: counting the characters of a 10 MB
+    response must not build ten million tuples."""
+
+    __slots__ = ("start", "stop")
+
+    def __init__(self, start: int, stop: int):
+        self.start, self.stop = start, max(start, stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __iter__(self):
+        return ((i, i + 1) for i in range(self.start, self.stop))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            a, b, step = i.indices(len(self))
+            if step != 1:
+                return [self[k] for k in range(a, b, step)]
+            return CharSpans(self.start + a, self.start + b)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("char index out of range")
+        return self.start + i, self.start + i + 1
+
+    def __eq__(self, other) -> bool:
+        return list(self) == list(other) if isinstance(other, (list, CharSpans)) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"CharSpans({self.start}, {self.stop})"
 
 
 def reasoning_end(text: str) -> int:
@@ -164,8 +199,7 @@ class Doc:
         if unit == "word":
             return self.words
         if unit == "char":
-            s, e = self.root
-            return [(i, i + 1) for i in range(s, e)]
+            return CharSpans(*self.root)
         if unit == "section":
             return self.markdown.sections
         if unit == "block":
@@ -182,7 +216,7 @@ class Doc:
         if unit == "response":
             return [seg]
         if unit == "char":
-            return [(i, i + 1) for i in range(s, e)]
+            return CharSpans(s, e)
         spans = self.units(unit, kind, prose)
         if unit in ("block", "element", "section"):
             inside = []
@@ -192,7 +226,7 @@ class Doc:
                 if spans[i][1] <= e:
                     inside.append(spans[i])
             if unit == "block" and kind == "list":
-                inside = [a for a in inside if not any(b != a and b[0] <= a[0] and a[1] <= b[1] for b in inside)]
+                inside = _outermost(inside)
             return inside
         if seg == self.root:
             return spans
@@ -222,6 +256,18 @@ class Doc:
             spans = self.units(unit, None, prose)
             cache[key] = ([a for a, _ in spans], [b for _, b in spans])
         return cache[key]
+
+
+def _outermost(spans: list[Span]) -> list[Span]:
+    """The spans that no other (different) span contains, in one pass: in order of start, widest first, a
+    span is contained exactly when an earlier one reaches as far."""
+    out: list[Span] = []
+    reach = -1
+    for sp in sorted(spans, key=lambda x: (x[0], -x[1])):
+        if sp[1] > reach or (out and sp == out[-1]):
+            out.append(sp)
+        reach = max(reach, sp[1])
+    return out
 
 
 def _contained(sorted_spans: list[Span], sp: Span) -> bool:
@@ -264,6 +310,9 @@ class _Markdown:
             self.elements["json_pair"].extend([span] * _count_pairs(doc))
         for spans in (*self.blocks.values(), *self.elements.values(), self.leaves, self.prose):
             spans.sort()
+        # By span, so that the ones inside a segment are found by bisection (never comparing the documents).
+        self.json_docs.sort(key=lambda x: x[0])
+        self.list_depths.sort(key=lambda x: x[0])
 
     def _walk(self, toks) -> None:
         lists: list[bool] = []  # ordered flag of each open list
@@ -371,8 +420,16 @@ class _Markdown:
         """A heading and what follows it up to the next heading of the same or a higher level."""
         out = []
         end_line = len(self.line_starts) - 1
-        for j, (level, line) in enumerate(self._headings):
-            stop = next((l2 for lv2, l2 in self._headings[j + 1:] if lv2 <= level), end_line)
+        # The next heading of the same or a higher level, for every heading, with one stack from the end.
+        stops, later = [end_line] * len(self._headings), []
+        for j in range(len(self._headings) - 1, -1, -1):
+            level = self._headings[j][0]
+            while later and later[-1][0] > level:
+                later.pop()
+            if later:
+                stops[j] = later[-1][1]
+            later.append(self._headings[j])
+        for (level, line), stop in zip(self._headings, stops):
             span = self._line_span(line, stop)
             out.append(span)
             self.level[span] = level

@@ -10,11 +10,16 @@ does (section 5.1), and the evidence spans that decided the verdict (RTT's relev
 """
 from __future__ import annotations
 
+import bisect
+import contextvars
 import datetime
 import json
 import math
 import re
+import threading
+import time
 import unicodedata
+from collections import OrderedDict
 from xml.etree import ElementTree
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -23,8 +28,23 @@ import emoji
 import yaml
 
 from ifcore import rewards
+from ifcore.jsonl import iter_jsonl
+from ifcore.patterns import code_point_runs, compile_pattern
 from ifcore.schema import Constraint, ConstraintError
 from ifcore.text import Doc, Span, json_depth, strip_span, word_texts
+
+# CPU seconds that label regular expressions may take in one verify() call: base + per character of the
+# response. Only a pattern that backtracks badly comes near it (RE2 runs the rest in linear time); a segment
+# whose search runs out is scored unevaluated and the verdict says `budget_exceeded`.
+REGEX_CPU_SECONDS = (0.25, 1e-5)
+_REGEX_BUDGET: contextvars.ContextVar = contextvars.ContextVar("regex_budget", default=None)
+# Segmentations of recently verified response strings, so that verify(c, text) called once per constraint
+# segments the response once, as verify_all does. Bounded in entries and in response characters.
+DOC_CACHE_ENTRIES = 32
+DOC_CACHE_CHARS = 1_000_000
+_DOCS: OrderedDict = OrderedDict()
+_DOCS_CHARS = 0
+_DOCS_LOCK = threading.Lock()
 
 Measure = tuple[int, list[Span]]
 
@@ -50,10 +70,12 @@ class Verdict:
     satisfied: bool
     records: list[Record]
     evidence: list[Span] = field(default_factory=list)
+    budget_exceeded: bool = False  # a label regex ran out of REGEX_CPU_SECONDS; its segments count violated
 
     def graded(self, alpha: float = 3.0) -> float:
         """g_i, ScopeIF eq. 6: the geometric mean of the records' graded rewards (eq. 5, 8, 9); 1 with no
-        records (vacuous truth), 0 when any record is a missing segment."""
+        records (vacuous truth), 0 when any record is a missing segment. alpha must be finite and positive."""
+        alpha = rewards.check_alpha(alpha)
         if not self.records:
             return 1.0
         logs = 0.0
@@ -65,18 +87,68 @@ class Verdict:
         return math.exp(logs / len(self.records))
 
     def to_dict(self, alpha: float = 3.0) -> dict:
-        return {"satisfied": self.satisfied, "records": [r.to_dict() for r in self.records],
-                "evidence": [list(e) for e in self.evidence], "graded": self.graded(alpha)}
+        out = {"satisfied": self.satisfied, "records": [r.to_dict() for r in self.records],
+               "evidence": [list(e) for e in self.evidence], "graded": self.graded(alpha)}
+        if self.budget_exceeded:
+            out["budget_exceeded"] = True
+        return out
+
+
+def _doc(response: str | Doc) -> Doc:
+    """The response's segmentation, reused while the string is among the recently verified ones."""
+    global _DOCS_CHARS
+    if isinstance(response, Doc):
+        return response
+    with _DOCS_LOCK:
+        doc = _DOCS.get(response) if isinstance(response, str) else None
+        if doc is not None:
+            _DOCS.move_to_end(response)
+            return doc
+    doc = Doc(response)
+    if len(response) <= DOC_CACHE_CHARS:
+        with _DOCS_LOCK:
+            if response not in _DOCS:
+                _DOCS[response] = doc
+                _DOCS_CHARS += len(response)
+            while len(_DOCS) > DOC_CACHE_ENTRIES or _DOCS_CHARS > DOC_CACHE_CHARS:
+                _DOCS_CHARS -= len(_DOCS.popitem(last=False)[0])
+    return doc
 
 
 def verify(constraint: Constraint | dict, response: str | Doc) -> Verdict:
     """Verify one constraint against one response (a str, or a `Doc` shared by all its constraints)."""
     c = constraint if isinstance(constraint, Constraint) else Constraint.from_dict(constraint)
-    doc = response if isinstance(response, Doc) else Doc(response)
+    doc = _doc(response)
     if c._plan is None:
         last = (c.scope[-1]["unit"], c.scope[-1].get("kind")) if c.scope else ("response", None)
-        c._plan = (_compile_scope(c.scope), _compile_target(c.target, last), _compile_range(c.range))
-    select, measure, (bounds, uses_previous) = c._plan
+        c._plan = (_compile_scope(c.scope), _compile_target(c.target, last), _compile_range(c.range),
+                   _has_key([c.scope, c.target, c.range], "matches"))
+    if not c._plan[3]:
+        return _verify(c, doc, None)
+    base, per_char = REGEX_CPU_SECONDS
+    budget = [time.thread_time() + base + per_char * len(doc.text), False]  # deadline, exceeded
+    token = _REGEX_BUDGET.set(budget)
+    try:
+        return _verify(c, doc, budget)
+    finally:
+        _REGEX_BUDGET.reset(token)
+
+
+def _has_key(x, key: str) -> bool:
+    stack = [x]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            if key in x:
+                return True
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return False
+
+
+def _verify(c: Constraint, doc: Doc, budget: list | None) -> Verdict:
+    select, measure, (bounds, uses_previous), _ = c._plan
     records, ev_all, ev_bad = [], [], []
     prev_value, prev_group = None, object()
     for span, missing, group, parent in select(doc, doc.root):
@@ -99,26 +171,28 @@ def verify(constraint: Constraint | dict, response: str | Doc) -> Verdict:
         if not rec.ok:
             ev_bad.extend(ev)
     satisfied = not ev_bad
-    return Verdict(satisfied, records, _merge(ev_bad if ev_bad else ev_all))
+    return Verdict(satisfied, records, _merge(ev_bad if ev_bad else ev_all), bool(budget and budget[1]))
 
 
 def verify_all(constraints: list[Constraint | dict], response: str | Doc) -> list[Verdict]:
     """All constraints of one response against one shared segmentation."""
-    doc = response if isinstance(response, Doc) else Doc(response)
+    doc = _doc(response)
     return [verify(c, doc) for c in constraints]
 
 
-def verify_jsonl(fin, fout, alpha: float = 3.0) -> int:
-    """The `ifcore verify` command: one JSON line in, one out; a bad line yields {"error": ...} and the
-    others go on. Returns the number of failed lines."""
-    failed = 0
-    for n, line in enumerate(fin, 1):
-        if not line.strip():
-            continue
+def verify_jsonl(fin, fout, alpha: float = 3.0) -> dict:
+    """The `ifcore verify` command: every non-blank line of `fin` (bytes or str lines, each a JSON object
+    with "response" and "constraints") gets exactly one line in `fout`, flushed: the verdicts and rewards, or
+    {"error": "line N: ..."}. Whatever goes wrong on a line stays on that line; a line that is not UTF-8 is read
+    with replacement characters and its result carries a "warning". Output is strict JSON (never NaN).
+    Returns {"lines": ..., "ok": ..., "errors": ...}; ValueError naming alpha unless it is finite and positive."""
+    alpha = rewards.check_alpha(alpha)
+    counts = {"lines": 0, "ok": 0, "errors": 0}
+    for n, obj, problem in iter_jsonl(fin):
+        counts["lines"] += 1
         try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError(f"expected an object with response and constraints, got {type(obj).__name__}")
+            if obj is None:
+                raise ValueError(problem)
             if not isinstance(obj.get("response"), str):
                 raise ValueError('"response": expected a string')
             if not isinstance(obj.get("constraints"), list):
@@ -130,11 +204,17 @@ def verify_jsonl(fin, fout, alpha: float = 3.0) -> int:
             out = {"verdicts": [v.to_dict(alpha) for v in verdicts],
                    "ila": rewards.ila(sat), "cla": rewards.cla(sat),
                    "scopeif": rewards.scopeif(sat, g), "scopeif_flat": rewards.scopeif_flat(g)}
-        except (ValueError, TypeError) as e:  # ConstraintError and JSON errors are ValueErrors
-            failed += 1
-            out = {"error": f"line {n}: {e}"}
-        fout.write(json.dumps(out, ensure_ascii=False) + "\n")
-    return failed
+            if problem:
+                out["warning"] = f"line {n}: {problem}"
+            line = json.dumps(out, allow_nan=False)
+            counts["ok"] += 1
+        except Exception as e:  # anything, RecursionError and MemoryError included: the next line goes on
+            counts["errors"] += 1
+            why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+            line = json.dumps({"error": f"line {n}: {' '.join(why.split())}"})
+        fout.write(line + "\n")
+        fout.flush()
+    return counts
 
 
 # ---- scope ----------------------------------------------------------------------------------------------
@@ -230,6 +310,8 @@ def _compile_condition(cond, parent: tuple | None = None, count: bool = False):
 
     def passes(doc: Doc, span: Span, measure, bounds) -> bool:
         value = measure(doc, span)[0]
+        if value is None:  # a label regex out of budget
+            return False
         lo, hi, resolved = bounds(doc, None, span, span)
         return resolved and (lo is None or value >= lo) and (hi is None or value <= hi)
 
@@ -283,7 +365,11 @@ def _compile_value(v):
 
         def arithmetic(doc, p, seg, parent):
             x = inner(doc, p, seg, parent)
-            return None if x is None else _num(k * x if times else x + k)
+            if x is None:
+                return None
+            y = k * x if times else x + k
+            # Validation keeps k within float range, but k times a count can still overflow: unresolved.
+            return _num(y) if isinstance(y, int) or math.isfinite(y) else None
         return arithmetic, prev
     if isinstance(v, dict):
         ref_scope = v.get("scope", [])
@@ -354,12 +440,12 @@ def _occurrences(strings: list[str], match: str, case: str):
 
 
 def _regex_class(pattern: str):
-    rx = re.compile(pattern)
+    rx = re.compile(pattern)  # "[...]+": maximal runs, already sorted and apart (one object per run)
 
     def measure(doc, span):
         s, e = span
-        hits = [(s + m.start(), s + m.end()) for m in rx.finditer(doc.text[s:e])]
-        return sum(b - a for a, b in hits), _merge(hits) or [span]
+        hits = [m.span() for m in rx.finditer(doc.text, s, e)]  # offsets into the whole text
+        return sum(b - a for a, b in hits), hits or [span]
     return measure
 
 
@@ -387,12 +473,16 @@ def _letters(word: str) -> str:
     return "".join(ch for ch in word if ch.isalpha())
 
 
+@lru_cache(maxsize=None)
+def _char_class_measure(test):
+    # The code points that pass `test` as one character class: runs are found by the regex engine, without a
+    # Python object per character (the class is built on first use).
+    runs = code_point_runs(test)
+    return _regex_class("[" + "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in runs) + "]+")
+
+
 def _char_class(test):
-    def measure(doc, span):
-        s, e = span
-        hits = [(i, i + 1) for i in range(s, e) if test(doc.text[i])]
-        return len(hits), _merge(hits) or [span]
-    return measure
+    return lambda doc, span: _char_class_measure(test)(doc, span)
 
 
 def _punctuation(doc, span):
@@ -414,10 +504,23 @@ _CLASS = {
 }
 
 
+def _inside(items: list, span: Span) -> list:
+    """The (span, value) items, sorted by span, whose span lies inside `span`: bisection, not a scan of all."""
+    s, e = span
+    out = []
+    for k in range(bisect.bisect_left(items, s, key=lambda x: x[0][0]), len(items)):
+        sp = items[k][0]
+        if sp[0] > e:
+            break
+        if sp[1] <= e:
+            out.append(items[k])
+    return out
+
+
 def _depth(t: dict):
     if t["depth"] == "list":
         def list_depth(doc, span):
-            lists = [(sp, d) for sp, d in doc.markdown.list_depths if span[0] <= sp[0] and sp[1] <= span[1]]
+            lists = _inside(doc.markdown.list_depths, span)
             if not lists:
                 return 0, [span]
             base = min(d for _, d in lists)
@@ -425,7 +528,7 @@ def _depth(t: dict):
         return list_depth
 
     def deepest_json(doc, span):
-        docs = [(sp, j) for sp, j in doc.markdown.json_docs if span[0] <= sp[0] and sp[1] <= span[1]]
+        docs = _inside(doc.markdown.json_docs, span)
         if not docs:
             return 0, [span]
         return max(json_depth(j) for _, j in docs), [sp for sp, _ in docs]
@@ -452,9 +555,8 @@ def _has(t: dict):
             found = {fold(_bare(doc.text[a:b])): (a, b) for a, b in doc.within("element", span, "heading")}
         else:
             found = {}
-            for sp, j in doc.markdown.json_docs:
-                if span[0] <= sp[0] and sp[1] <= span[1]:
-                    found.update((fold(k), sp) for k in _json_keys(j))
+            for sp, j in _inside(doc.markdown.json_docs, span):
+                found.update((fold(k), sp) for k in _json_keys(j))
         ev = [found[k] for k in keys if k in found]
         return len(ev), ev if len(ev) == len(keys) else ev + [span]
     return present_structure
@@ -533,11 +635,17 @@ def _is_valid(fmt: str, text: str) -> bool:
 
 
 def _matches(t: dict):
-    rx = re.compile(t["matches"])
+    search = compile_pattern(t["matches"])  # RE2 (linear), or backtracking under the verify() call's budget
 
     def count(doc, span):
         s, e = span
-        hits = [(s + m.start(), s + m.end()) for m in rx.finditer(doc.text[s:e]) if m.end() > m.start()]
+        budget = _REGEX_BUDGET.get() or [math.inf, False]
+        hits = search(doc.text[s:e], budget[0])
+        if hits is None:
+            budget[1] = True
+            return None, [span]
+        if s:
+            hits = [(s + a, s + b) for a, b in hits]
         return len(hits), hits or [span]
     return count
 
@@ -609,7 +717,14 @@ def _chain(t: dict):
 
 
 def _norm(text: str) -> str:
-    return re.sub(r"^[\W_]+|[\W_]+$", "", text).casefold()
+    """The text without leading and trailing non-alphanumerics, casefolded. A loop, not re.sub with
+    `[\\W_]+$`, which retries at every position of a long run of symbols (quadratic)."""
+    i, j = 0, len(text)
+    while i < j and not text[i].isalnum():
+        i += 1
+    while j > i and not text[j - 1].isalnum():
+        j -= 1
+    return text[i:j].casefold()
 
 
 def _acrostic(t: dict):

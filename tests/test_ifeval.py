@@ -223,10 +223,16 @@ def test_linear_time_rewrites_match_the_official_regexes(instruction_id, kwargs,
     for _ in range(20000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16)))
         assert check(text) == official(text), repr(text)
-    for text in ("[" * 100000, "\n" * 100000, " \n" * 50000, "<<" * 50000):  # quadratic for the regexes
-        start = time.perf_counter()
-        check(text)
-        assert time.perf_counter() - start < 1.0
+    for unit in ("[", "\n", " \n", "<<"):  # runs of these are quadratic for the regexes
+        def cpu(text):
+            start = time.process_time()
+            check(text)
+            return time.process_time() - start
+
+        # Ten times the text, about ten times the time (not a hundred); no absolute bound on a shared machine.
+        # The least of three runs each: other load only ever adds time.
+        small, big = (min(cpu(unit * n) for _ in range(3)) for n in (50_000, 500_000))
+        assert big < 30 * small
 
 
 @pytest.mark.parametrize("instruction_id,kwargs,message", [
@@ -269,7 +275,7 @@ def test_cli_eval_bad_input_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as info:
         main(["eval", "ifeval", "--responses", str(bad), "--output-dir", str(tmp_path)])
     assert info.value.code == 2
-    assert "bad.jsonl:1: missing field(s) ['response']" in capsys.readouterr().err
+    assert "bad.jsonl:1: missing field(s) response" in capsys.readouterr().err
 
 
 def test_import_stays_light():
