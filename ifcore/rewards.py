@@ -3,15 +3,19 @@ RAIF's rule-centric reward (eq. 4-6), plus the format gate and the one composite
 
 Every reward is a pure function of verdict data. The per-response ones take one response's constraints as a
 1-D sequence and return a float, or a batch ([B, C] array, or a ragged list of rows) and return a [B] array;
-torch tensors are accepted by duck typing (torch is never imported here).
+torch tensors are accepted by duck typing (torch is never imported here). RANGES holds each kind's range,
+which its docstring derives from the paper's equations; the adapters assert every reward lies in it.
 """
 from __future__ import annotations
 
 import math
+from time import perf_counter
 
 import numpy as np
 
 KINDS = ("ila", "cla", "scopeif", "scopeif_flat", "raif")
+RANGES = {"ila": (0.0, 1.0), "cla": (0.0, 1.0), "scopeif": (0.0, 1.0), "scopeif_flat": (0.0, 1.0),
+          "raif": (-3.0, 3.0)}
 THINK_MODES = ("auto", "required", "none", "raif")
 SELECTORS = ("Global", "Traversal", "Position", "Condition", "Nested")
 
@@ -33,16 +37,31 @@ def _rowwise(fn, *columns):
     return float(out) if np.ndim(out) == 0 else out
 
 
+def check_alpha(alpha) -> float:
+    """alpha as a float; ValueError naming alpha unless it is finite and positive (eq. 5 needs alpha > 0 for
+    g <= 1: a negative alpha turns the penalty into a bonus, NaN poisons every reward)."""
+    try:
+        if 0.0 < float(alpha) < math.inf:
+            return float(alpha)
+    except (TypeError, ValueError):
+        pass
+    raise ValueError(f"alpha must be a finite positive number, got {alpha!r}")
+
+
 def graded(lo, hi, actual, alpha: float = 3.0):
-    """Graded reward of one record, ScopeIF eq. 5, 8, 9: r = exp(-alpha d / s).
+    """Graded reward of one record, ScopeIF eq. 5, 8, 9: r = exp(-alpha d / s), in [0, 1].
 
     d = max(lo - a, a - hi, 0) (eq. 8); s = max(1, (max(lo,0) + max(hi,0)) / 2) when hi is finite, else
-    max(1, max(lo,0)) (eq. 9). A None (or NaN) bound is infinite; a None (or NaN) actual is a missing
-    segment and grades 0. Scalars give a float; arrays broadcast and give an array.
+    max(1, max(lo,0)) (eq. 9). A None (or NaN) bound is infinite; a None (or NaN, or infinite) actual is a
+    missing segment and grades 0. A lower bound of +inf (a `times` reference that overflowed) gives
+    d / s = inf / inf, taken at its limit 1. alpha must be finite and positive (ValueError naming it).
+    Scalars give a float; arrays broadcast and give an array.
     """
+    if not (isinstance(alpha, (int, float)) and 0.0 < alpha < math.inf):
+        alpha = check_alpha(alpha)
     if all(v is None or isinstance(v, (int, float)) for v in (lo, hi, actual)):
         # Verdict.graded calls this once per record: the scalar path stays in plain floats.
-        if actual is None or actual != actual:
+        if actual is None or not -math.inf < actual < math.inf:
             return 0.0
         lo = -math.inf if lo is None or lo != lo else float(lo)
         hi = math.inf if hi is None or hi != hi else float(hi)
@@ -51,25 +70,26 @@ def graded(lo, hi, actual, alpha: float = 3.0):
             return 1.0
         lbar = max(lo, 0.0)
         s = max(1.0, (lbar + max(hi, 0.0)) / 2) if hi < math.inf else max(1.0, lbar)
-        return math.exp(-alpha * d / s)
+        return math.exp(-alpha * d / s) if s < math.inf else math.exp(-alpha)
     lo, hi, a = (_as_array(v) for v in (lo, hi, actual))  # None -> NaN under dtype=float
     lo = np.where(np.isnan(lo), -np.inf, lo)
     hi = np.where(np.isnan(hi), np.inf, hi)
     with np.errstate(invalid="ignore"):  # inf - inf when actual is itself infinite
         d = np.fmax(np.fmax(lo - a, a - hi), 0.0)
-    lbar = np.maximum(lo, 0.0)
-    s = np.where(np.isfinite(hi), np.maximum(1.0, (lbar + np.maximum(hi, 0.0)) / 2), np.maximum(1.0, lbar))
-    r = np.where(np.isnan(a), 0.0, np.exp(-alpha * d / s))
+        lbar = np.maximum(lo, 0.0)
+        s = np.where(np.isfinite(hi), np.maximum(1.0, (lbar + np.maximum(hi, 0.0)) / 2), np.maximum(1.0, lbar))
+        ratio = np.where(np.isinf(s), 1.0, d / s)
+    r = np.where(np.isfinite(a), np.exp(-alpha * ratio), 0.0)
     return float(r) if r.ndim == 0 else r
 
 
 def ila(satisfied):
-    """Instruction-level accuracy (ScopeIF section 3, the RL-ILA baseline): 1 iff every constraint holds."""
+    """Instruction-level accuracy (ScopeIF section 3, the RL-ILA baseline): 1 iff every constraint holds, else 0."""
     return _rowwise(lambda s: s.all(axis=-1).astype(float), (satisfied, bool))
 
 
 def cla(satisfied):
-    """Constraint-level accuracy (ScopeIF section 3, the RL-CLA baseline): the satisfied fraction.
+    """Constraint-level accuracy (ScopeIF section 3, the RL-CLA baseline): the satisfied fraction, in [0, 1].
 
     An empty constraint set is vacuously satisfied and scores 1.
     """
@@ -90,13 +110,14 @@ def scopeif(satisfied, graded):
     """ScopeIF hierarchical reward, eq. 7: R = (sum_i I_i + mean_{i in F} g_i) / |C|.
 
     F is the set of violated constraints; the graded term is 0 when F is empty. With m constraints
-    satisfied (and g_i < 1 for the violated ones, as eq. 5 guarantees) m/|C| <= R < (m+1)/|C|.
+    satisfied (and g_i < 1 for the violated ones, as eq. 5 guarantees) m/|C| <= R < (m+1)/|C|; so R lies
+    in [0, 1], and is 1 only when every constraint holds.
     """
     return _rowwise(_hierarchical, (satisfied, bool), (graded, float))
 
 
 def scopeif_flat(graded):
-    """ScopeIF "wo HRA" ablation (Table 1): the plain mean of the graded rewards g_i (eq. 6)."""
+    """ScopeIF "wo HRA" ablation (Table 1): the plain mean of the graded rewards g_i (eq. 6), in [0, 1]."""
     return _rowwise(lambda g: g.mean(axis=-1) if g.shape[-1] else np.ones(g.shape[:-1]), (graded, float))
 
 
@@ -114,6 +135,9 @@ def raif(satisfied, format_ok):
     R_format = +1 if the format holds, else -1 (eq. 4). R_accuracy (eq. 5) = +2 when every constraint is
     followed, the followed fraction when some are, -2 when none are; the answer is only extracted and
     judged when the format holds, so a format failure also gets -2 (R = -3).
+
+    Range [-3, 3]: R = -3 (format fails), -1 (no constraint followed), 1 + k/|C| in (1, 2) (k of |C|
+    followed, 0 < k < |C|), 3 (all followed, or no constraints).
     """
     return _rowwise(_raif, (satisfied, bool), (format_ok, bool))
 
@@ -156,40 +180,59 @@ def format_gate(response: str, think: str = "auto", truncated: bool = False) -> 
 
 
 def score_response(response: str, constraints, kind: str = "scopeif", alpha: float = 3.0, think: str = "auto",
-                   truncated: bool = False) -> dict:
+                   truncated: bool = False, budget_s: float | None = None,
+                   max_response_chars: int | None = None) -> dict:
     """The reward of one response under every constraint of its instruction: the one composite that the
     OpenRLHF, TRL and verl adapters and the embedded trainer call.
 
     Gate (format_gate), then one `Doc` per response shared by all its constraints, `verify` each, and the
     `kind` reward: "ila", "cla", "scopeif" (eq. 7), "scopeif_flat" (wo HRA) -- each times the format reward
-    (eq. 10, 0 or 1) -- or "raif" (eq. 4-6, -3 on a format failure). A failed gate verifies nothing and
-    counts every constraint violated with g = 0. Never raises on the response text: a verifier exception is
-    recorded in "errors" and its constraint counted violated with g = 0.
+    (eq. 10, 0 or 1) -- or "raif" (eq. 4-6, -3 on a format failure); RANGES[kind] holds the result. A failed
+    gate verifies nothing and counts every constraint violated with g = 0. Never raises on the response
+    text: a verifier exception is recorded in "errors" and its constraint counted violated with g = 0.
+
+    Limits for a reward worker (the adapters set them; None is no limit): `budget_s` seconds for all of the
+    response's constraints -- the first is always checked, and once the budget is spent the rest count
+    violated with g = 0; "over_budget" counts them, and the constraints whose label regex ran out of its own
+    CPU time in verify (Verdict.budget_exceeded); `max_response_chars` -- the text to verify (after the think
+    block, or inside <answer>) is cut to that many characters first ("clipped"). The gate still reads the
+    whole response.
 
     Returns reward, satisfied (list of bool), graded (list of g_i, eq. 6), format_ok, problem (format_gate's),
     answer (the verified text), offset (add it to a verdict span to index `response`), verdicts (one per
-    constraint, None where nothing was verified: their evidence spans are RTT's relevance labels) and errors.
+    constraint, None where nothing was verified: their evidence spans are RTT's relevance labels), errors,
+    over_budget (constraints left unchecked or cut short) and clipped.
     """
     from ifcore.text import Doc  # verify imports this module for graded(): import at call time
     from ifcore.verify import verify
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    alpha = check_alpha(alpha)
+    deadline = None if budget_s is None else perf_counter() + budget_s
     if not isinstance(response, str):
         response = "" if response is None else str(response)
     start, end, problem = format_gate(response, think, truncated)
     n = len(constraints)
     verdicts, errors = [None] * n, []
     satisfied, grades = [False] * n, [0.0] * n
-    offset, answer = 0, ""
+    offset, answer, over_budget, clipped = 0, "", 0, False
     if problem is None:
+        clipped = max_response_chars is not None and end - start > max_response_chars
+        if clipped:
+            end = start + max_response_chars
+        # Outside RAIF the Doc finds the answer after the last </think> itself, so spans index `response`.
         offset = start if think == "raif" else 0
-        doc = Doc(response[start:end] if think == "raif" else response)
+        doc = Doc(response[start:end] if think == "raif" else response[:end] if clipped else response)
         answer = doc.text[doc.root[0]:doc.root[1]]
         for i, c in enumerate(constraints):
+            if i and deadline is not None and perf_counter() >= deadline:
+                over_budget += n - i
+                break
             try:
                 verdicts[i] = verify(c, doc)
                 satisfied[i], grades[i] = bool(verdicts[i].satisfied), float(verdicts[i].graded(alpha))
+                over_budget += verdicts[i].budget_exceeded
             except Exception as e:  # a verifier bug must not stop a training run; it is reported
                 verdicts[i] = None
                 errors.append(f"constraint {i}: {type(e).__name__}: {e}")
@@ -207,4 +250,5 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
     else:
         reward = scopeif_flat(grades)
     return {"reward": float(reward), "satisfied": satisfied, "graded": grades, "format_ok": ok,
-            "problem": problem, "answer": answer, "offset": offset, "verdicts": verdicts, "errors": errors}
+            "problem": problem, "answer": answer, "offset": offset, "verdicts": verdicts, "errors": errors,
+            "over_budget": over_budget, "clipped": clipped}

@@ -109,7 +109,8 @@ def test_launch_command_matches_openrlhf_0_11_2(capsys):
         assert args.reward.remote_url == [MODULE] and (REPO / MODULE).is_file()
         assert args.algo.advantage.estimator == "group_norm" and args.rollout.n_samples_per_prompt > 1
         assert args.data.label_key == "label"
-        assert set(env) <= {"IFCORE_REWARD", "IFCORE_THINK", "IFCORE_ALPHA", "IFCORE_EOS"}
+        assert set(env) <= {"IFCORE_REWARD", "IFCORE_THINK", "IFCORE_ALPHA", "IFCORE_EOS", "IFCORE_BUDGET_S",
+                            "IFCORE_MAX_RESPONSE_CHARS"}
 
 
 def test_parser_check_catches_a_bad_flag(capsys):
@@ -365,13 +366,18 @@ def test_validate_dataset(tmp_path, capsys):
     assert main(["validate-dataset", str(bad)]) == 1
     captured = capsys.readouterr()
     errors = captured.err.splitlines()
-    assert errors[0].startswith("line 2: not valid JSON")
+    assert errors[0].startswith("line 2: not JSON")
     assert errors[1] == "line 3: label: missing (the constraints label)"
     assert errors[2] == "line 4: label.constraints[1].scope[0].index: expected an integer, got 'first'"
     assert errors[3].startswith("line 6: label: no constraints")
     assert errors[4] == "line 7: prompt: missing (the prompt field)"
     assert errors[5].startswith('line 8: label: expected an object with a "constraints" list')
     assert len(errors) == 6 and "7 samples, 6 errors" in captured.out
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    assert main(["validate-dataset", str(empty)]) == 1
+    assert "no samples (the file is empty)" in capsys.readouterr().err
 
 
 def test_cli_commands_run_as_installed(tmp_path):

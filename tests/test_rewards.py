@@ -239,6 +239,19 @@ def test_score_response_total_on_any_text(text, think):
     assert m / 3 <= out["reward"] < (m + 1) / 3 or (m == 3 and out["reward"] == 1.0) or not out["format_ok"]
 
 
+def test_score_response_counts_a_regex_out_of_time(monkeypatch):
+    verify_module = importlib.import_module("ifcore.verify")
+    real = verify_module.verify
+
+    def slow_regex(c, doc):  # as verify reports a label regex that ran out of REGEX_CPU_SECONDS
+        v = real(c, doc)
+        return Verdict(False, v.records, v.evidence, budget_exceeded=True) if c is E1 else v
+
+    monkeypatch.setattr(verify_module, "verify", slow_regex)
+    out = rewards.score_response(R, [E1, E2, E4])
+    assert out["over_budget"] == 1 and out["satisfied"] == [False, False, False]
+
+
 def test_score_response_reports_a_verifier_exception(monkeypatch):
     verify_module = importlib.import_module("ifcore.verify")  # `ifcore.verify` is the function itself
     real = verify_module.verify
@@ -260,3 +273,34 @@ def test_score_response_rejects_bad_settings():
         rewards.score_response(R, [E1], kind="binary")
     with pytest.raises(ValueError, match="think"):
         rewards.score_response(R, [E1], think="maybe")
+    for alpha in (math.nan, math.inf, -1.0, 0.0):
+        with pytest.raises(ValueError, match="alpha must be a finite positive number"):
+            rewards.score_response(R, [E1], alpha=alpha)
+
+
+def test_score_response_limits():
+    cs = [E1, E2, E4]
+    full = rewards.score_response(R, cs)
+    assert full["over_budget"] == 0 and not full["clipped"]
+    # budget 0: the first constraint is checked, the rest count violated with g = 0 and no verdict
+    out = rewards.score_response(R, cs, budget_s=0.0)
+    assert out["over_budget"] == 2 and out["satisfied"] == [True, False, False] and out["graded"] == [1.0, 0, 0]
+    assert out["verdicts"][1:] == [None, None] and out["reward"] == pytest.approx(1 / 3)
+    # the verified text is cut after the think block (the gate still sees the whole response)
+    text = "<think>" + "plan " * 50 + "</think>" + R + "\n\nMore. " * 100
+    out = rewards.score_response(text, cs, max_response_chars=len(R))
+    assert out["clipped"] and out["answer"] == R.strip() and out["reward"] == pytest.approx(full["reward"])
+    raif = f"<think>p</think><answer>{R}{'x' * 50}</answer>"
+    out = rewards.score_response(raif, cs, kind="raif", think="raif", max_response_chars=len(R))
+    assert out["clipped"] and out["answer"] == R.strip()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.booleans(), max_size=12), st.booleans())
+def test_raif_range(satisfied, format_ok):
+    # eq. 4-6: -3 (format fails), -1 (none followed), 1 + k/|C| (some), 3 (all); so within RANGES["raif"]
+    r = rewards.raif(satisfied, format_ok)
+    lo, hi = rewards.RANGES["raif"]
+    assert lo <= r <= hi
+    k, n = sum(satisfied), len(satisfied)
+    assert r == (-3.0 if not format_ok else 3.0 if k == n else -1.0 if k == 0 else pytest.approx(1 + k / n))

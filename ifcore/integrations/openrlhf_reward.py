@@ -7,11 +7,11 @@ strings, `labels` the `--data.label_key` column (schema v1 constraints). It read
 `scores` (dynamic filtering, in [0, 1]) and `extra_logs` (one scalar per key, averaged over samples; every
 sample must carry the same keys).
 
-Settings: IFCORE_REWARD, IFCORE_THINK, IFCORE_ALPHA (see ifcore.integrations) and IFCORE_EOS, the
-comma-separated end-of-sequence strings a finished response ends with. OpenRLHF does not tell a reward
-function that a response hit the length limit, but a finished one ends with its EOS token's text; a
-response ending with none of them is truncated and gated to 0 (ScopeIF appendix D). IFCORE_EOS="" turns
-that detection off.
+Settings: IFCORE_REWARD, IFCORE_THINK, IFCORE_ALPHA, IFCORE_BUDGET_S, IFCORE_MAX_RESPONSE_CHARS (see
+ifcore.integrations) and IFCORE_EOS, the comma-separated end-of-sequence strings a finished response ends
+with. OpenRLHF does not tell a reward function that a response hit the length limit, but a finished one ends
+with its EOS token's text; a response ending with none of them is truncated and gated to 0 (ScopeIF
+appendix D). IFCORE_EOS="" turns that detection off.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import os
 
 import torch
 
-from ifcore.integrations import load_constraints, log_keys, sample_logs, settings
-from ifcore.rewards import score_response
+from ifcore.integrations import load_constraints, log_keys, sample_logs, score, settings
+from ifcore.rewards import RANGES
 
 # ChatML/Qwen, GPT-style, Llama 2/Mistral, Llama 3, DeepSeek, Gemma, Phi-3, gpt-oss.
 DEFAULT_EOS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>",
@@ -47,23 +47,25 @@ def reward_func(queries, prompts, labels, **kwargs):
     tensors [len(queries)], extra_logs maps each of a fixed set of names to the batch mean (a float)."""
     if not (len(queries) == len(prompts) == len(labels)):
         raise ValueError(f"reward_func: {len(queries)} queries, {len(prompts)} prompts, {len(labels)} labels")
-    kind, think, alpha = settings()
+    opts = settings()
+    lo, hi = RANGES[opts["kind"]]
     eos = tuple(m for m in os.environ.get("IFCORE_EOS", ",".join(DEFAULT_EOS)).split(",") if m)
     rewards, scores = [], []
     totals = dict.fromkeys(log_keys(RECOVERY_KEYS), 0.0)
-    for query, prompt, label in zip(queries, prompts, labels):
+    for i, (query, prompt, label) in enumerate(zip(queries, prompts, labels)):
         prompt = prompt if isinstance(prompt, str) else str(prompt)
-        constraints = load_constraints(label, f"label of the prompt ending {' '.join(prompt.split())[-100:]!r}")
+        where = f"sample {i} (prompt ending {' '.join(prompt[-1000:].split())[-100:]!r})"
+        constraints = load_constraints(label, f"label of {where}")
         response, anomaly = _split_query(query if isinstance(query, str) else "", prompt)
         # A finished response ends with an EOS token's text (and maybe a second one, as ChatML + endoftext).
         response, finished = response.rstrip(), False
         while any(response.endswith(m) for m in eos):
             m = next(m for m in eos if response.endswith(m))
             response, finished = response[:-len(m)].rstrip(), True
-        result = score_response(response, constraints, kind, alpha, think, truncated=bool(eos) and not finished)
+        result = score(response, constraints, opts, where, truncated=bool(eos) and not finished)
         rewards.append(result["reward"])
         # Dynamic filtering reads scores in [0, 1]: RAIF's [-3, 3] is mapped linearly, the others already are.
-        scores.append((result["reward"] + 3.0) / 6.0 if kind == "raif" else result["reward"])
+        scores.append((result["reward"] - lo) / (hi - lo))
         for k, v in sample_logs(result, constraints).items():
             totals[k] += v
         if anomaly:
