@@ -1,16 +1,23 @@
 """The `ifcore` command line: one subcommand per concern, each a thin call into the module that owns it.
 
 Imports are inside the branches so that `ifcore verify` on a reward worker never loads torch or spaCy.
+Flags: `--input FILE` / `--output FILE` for files, `--output-dir DIR` for folders (older spellings stay as
+hidden aliases). Exit status: 0 done; 1 done, but some lines or rows were bad (each reported); 2 nothing
+done: a usage error, a missing or unreadable file, a bad line in a file that must be whole, a bad config.
+Such an error is one line on stderr, `ifcore CMD: error: FILE:LINE: field: what`, never a traceback.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="ifcore", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("verify", help="verify JSONL {response, constraints} lines (schema v1)")
@@ -18,13 +25,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", help="JSONL file (default: standard output)")
     p.add_argument("--alpha", type=float, default=3.0, help="graded-reward penalty severity (ScopeIF eq. 5)")
 
-    p = sub.add_parser("train", help="GRPO on the embedded policy (or --model PATH); writes DIR/metrics.jsonl")
-    p.add_argument("--reward", choices=["ila", "cla", "scopeif", "scopeif_flat", "raif"])
-    p.add_argument("--steps", type=int)
-    p.add_argument("--seed", type=int)
-    p.add_argument("--output-dir", help="metrics.jsonl, TensorBoard events, checkpoints; rerun to resume")
-    p.add_argument("--config", help="JSON or YAML file of ifcore.train.grpo.TrainConfig fields")
-    p.add_argument("--model", help="a from_pretrained directory (default: the cached warm-started policy)")
+    p = sub.add_parser("train", help="GRPO on the embedded policy (or --model PATH); writes DIR/metrics.jsonl",
+                       description="Precedence: TrainConfig defaults < the --config file < the flags given.")
+    if next((a for a in argv if not a.startswith("-")), None) == "train":  # TrainConfig's module imports torch
+        from ifcore.train.grpo import TrainConfig
+
+        p.add_argument("--config", help="JSON or YAML file of TrainConfig fields")
+        _add_dataclass_flags(p, TrainConfig)
 
     p = sub.add_parser("validate-dataset", help="check every label of a JSONL prompt dataset before a run")
     p.add_argument("file", help="JSONL, one sample per line")
@@ -32,14 +39,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--input-key", default="prompt", help="field holding the prompt (default: prompt)")
 
     p = sub.add_parser("eval", help="score JSONL {prompt, response} on a benchmark with its official checkers")
-    p.add_argument("what", choices=["ifeval", "ifbench", "scopeif"], help="the benchmark whose shipped prompts are scored")
-    p.add_argument("--responses", required=True, help="JSONL {prompt, response}, the official input format")
+    p.add_argument("what", choices=["ifeval", "ifbench", "scopeif"],
+                   help="the benchmark whose shipped prompts are scored")
+    p.add_argument("--responses", required=True, help="JSONL {prompt, response}, the official input format "
+                                                      "(scopeif: {id or prompt, response})")
     p.add_argument("--output-dir", default=".", help="for eval_results_{strict,loose}.jsonl (scopeif: verdicts.jsonl) "
                                                      "and summary.json (default: .)")
+    p.add_argument("--on-duplicate", choices=["error", "first", "last"], default="error",
+                   help="two responses to one prompt (or ScopeIF instance): an error naming both lines (default), "
+                        "or keep the first or the last")
     p.add_argument("--letter-seed", default="paper",
-                   help="ifeval: the 2023 official code draws a random letter for a non-letter keywords:letter_frequency "
-                        "kwarg; 'paper' (default) seeds the draws as the IFEval paper's run, an integer seeds them, "
-                        "'none' reads the character literally as the current official code does")
+                   help="ifeval: the 2023 official code draws a random letter for a non-letter "
+                        "keywords:letter_frequency kwarg; 'paper' (default) seeds the draws as the IFEval paper's "
+                        "run, an integer seeds them, 'none' reads the character literally as the current official "
+                        "code does")
     p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
 
@@ -53,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                         " or their rule differs)")
 
     p = sub.add_parser("synth", help="synthesize ScopeInstruct-style train/test JSONL (factorized, from a seed)")
-    p.add_argument("--out", required=True, help="directory for train.jsonl, test.jsonl, stats.json")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--output-dir", help="directory for train.jsonl, test.jsonl, stats.json")
+    out.add_argument("--out", dest="output_dir", help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--train", type=int, default=4000, help="training instructions (default: 4000)")
     p.add_argument("--test", type=int, default=256, help="held-out instructions (default: 256)")
     p.add_argument("--seed", type=int, default=0)
@@ -70,99 +85,151 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="ifeval: timed runs after the first (default: 5)")
 
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except (OSError, ValueError, ImportError) as e:  # JsonlError, ConstraintError and JSON errors are ValueErrors
+        parser.exit(2, f"ifcore {args.command}: error: {_one_line(e)}\n")
 
+
+def _run(args) -> int:
     if args.command == "verify":
         from ifcore.verify import verify_jsonl
 
-        with _open_in(args.input) as fin, _open_out(args.output) as fout:
-            failed = verify_jsonl(fin, fout, alpha=args.alpha)
-        return 1 if failed else 0
+        # Binary in: verify_jsonl decodes each line itself, so one stray byte costs that line only.
+        stdin = contextlib.nullcontext(getattr(sys.stdin, "buffer", sys.stdin))
+        with open(args.input, "rb") if args.input else stdin as lines, _open_out(args.output) as fout:
+            counts = verify_jsonl(lines, fout, alpha=args.alpha)
+        print(f"{counts['lines']} lines: {counts['ok']} ok, {counts['errors']} errors", file=sys.stderr)
+        return 1 if counts["errors"] else 0
     if args.command == "train":
         from ifcore.train.grpo import load_config, train
 
-        train(load_config(args.config, reward=args.reward, steps=args.steps, seed=args.seed,
-                          output_dir=args.output_dir, model=args.model))
+        flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
+        train(load_config(args.config, **flags))
         return 0
     if args.command == "validate-dataset":
         from ifcore.integrations import validate_dataset
 
-        with open(args.file, encoding="utf-8") as f:
+        with open(args.file, "rb") as f:
             n, errors = validate_dataset(f, label_key=args.label_key, input_key=args.input_key)
-        for e in errors:
+        for e in errors:  # each starts with "line N: "; the summary names the file
             print(e, file=sys.stderr)
         print(f"{args.file}: {n} samples, {len(errors)} errors")
         return 1 if errors else 0
     if args.command == "eval" and args.what in ("ifeval", "ifbench"):
         from pathlib import Path
 
-        from ifcore.bench.ifeval import run_benchmark
-
-        from ifcore.bench.ifeval import PAPER_LETTER_SEED
+        from ifcore.bench.ifeval import PAPER_LETTER_SEED, run_benchmark
 
         seed = {"paper": PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
-        try:
-            run_benchmark(args.what, Path(args.responses), Path(args.output_dir),
-                          letter_seed=None if seed is None else int(seed))
-        except (OSError, ValueError) as e:
-            parser.exit(2, f"ifcore eval: error: {e}\n")
+        if not (seed is None or str(seed).lstrip("-").isdigit()):
+            raise ValueError(f"--letter-seed: expected paper, none or an integer, got {seed!r}")
+        run_benchmark(args.what, Path(args.responses), Path(args.output_dir),
+                      letter_seed=None if seed is None else int(seed), on_duplicate=args.on_duplicate)
         return 0
     if args.command == "eval" and args.what == "scopeif":
-        import json
-
         from ifcore.bench.scopeif import evaluate
 
-        try:
-            summary = evaluate(args.responses, args.output_dir, args.test, args.formalized)
-        except (OSError, ValueError) as e:
-            parser.exit(2, f"ifcore eval: error: {e}\n")
+        summary = evaluate(args.responses, args.output_dir, args.test, args.formalized,
+                           on_duplicate=args.on_duplicate)
         print(json.dumps({k: v for k, v in summary.items() if k != "by_category"}, indent=1))
         return 0
     if args.command == "labels":
+        from collections import Counter
+
         from ifcore.bench import mapping
         from ifcore.bench.ifbench import PROMPTS as IFBENCH_PROMPTS
-        from ifcore.bench.ifeval import PROMPTS as IFEVAL_PROMPTS, read_jsonl
+        from ifcore.bench.ifeval import PROMPTS as IFEVAL_PROMPTS
+        from ifcore.jsonl import iter_jsonl
 
-        try:
-            rows = read_jsonl(args.input or (IFEVAL_PROMPTS if args.what == "ifeval" else IFBENCH_PROMPTS),
-                              ("prompt", "instruction_id_list", "kwargs"))
-            with _open_out(args.output) as fout:
-                counts = mapping.write_labels(rows, fout, approximate=args.approximate)
-        except (OSError, ValueError) as e:
-            parser.exit(2, f"ifcore labels: error: {e}\n")
-        skipped = ", ".join(f"{k} ({n})" for k, n in counts["skipped"].items()) or "none"
+        path = args.input or (IFEVAL_PROMPTS if args.what == "ifeval" else IFBENCH_PROMPTS)
+        counts, skipped, bad = Counter(), Counter(), 0
+        with open(path, "rb") as f, _open_out(args.output) as fout:
+            for n, row, problem in iter_jsonl(f, ("prompt", "instruction_id_list", "kwargs")):
+                try:
+                    if problem:
+                        raise ValueError(problem)
+                    one = mapping.write_labels([row], fout, approximate=args.approximate)
+                except Exception as e:  # noqa: BLE001 - a bad row is reported with its line; the others go on
+                    bad += 1
+                    what = _one_line(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {_one_line(e)}"
+                    print(f"ifcore labels: error: {path}:{n}: {what}", file=sys.stderr)
+                    continue
+                skipped.update(one.pop("skipped"))
+                counts.update(one)
+        if not counts["rows"] and not bad:
+            raise ValueError(f"{path}: no rows (the file is empty)")
+        listed = ", ".join(f"{k} ({n})" for k, n in skipped.most_common()) or "none"
         print(f"{counts['mapped']} of {counts['instructions']} instructions mapped; {counts['written']} of "
-              f"{counts['rows']} rows written (the others have no mapped instruction); skipped: {skipped}",
-              file=sys.stderr)
-        return 0
+              f"{counts['rows']} rows written (the others have no mapped instruction); {bad} bad rows; "
+              f"skipped: {listed}", file=sys.stderr)
+        return 1 if bad else 0
     if args.command == "bench" and args.what == "ifeval":
         from ifcore.bench.official import bench_ifeval
 
-        try:
-            bench_ifeval(official_dir=args.official_dir, responses=args.responses, repeats=args.repeats)
-        except (OSError, ValueError, ImportError) as e:
-            parser.exit(2, f"ifcore bench: error: {e}\n")
+        bench_ifeval(official_dir=args.official_dir, responses=args.responses, repeats=args.repeats)
         return 0
     if args.command == "bench" and args.what in ("verify", "rewards"):
-        import json
-
         from ifcore.bench import speed
 
         print(json.dumps(speed.verify_speed() if args.what == "verify" else speed.rewards_speed()))
         return 0
     if args.command == "synth":
-        import json
-
         from ifcore.synth import write_dataset
 
-        stats = write_dataset(args.out, n_train=args.train, n_test=args.test, seed=args.seed, profile=args.profile)
+        stats = write_dataset(args.output_dir, n_train=args.train, n_test=args.test, seed=args.seed,
+                              profile=args.profile)
         print(json.dumps(stats, indent=1))
         return 0
-    parser.error(f"unknown command {args.command}")
-    return 2
+    raise AssertionError(f"no branch for {args.command}")
 
 
-def _open_in(path):
-    return open(path, encoding="utf-8") if path else contextlib.nullcontext(sys.stdin)
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ifcore")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        from ifcore import __version__
+
+        return __version__
+
+
+def _one_line(e: BaseException) -> str:
+    # An OSError names its file; a parser's message can span lines, and the command prints one.
+    text = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) and e.filename and e.strerror else str(e)
+    return " ".join(text.split())
+
+
+def _add_dataclass_flags(parser: argparse.ArgumentParser, cls) -> None:
+    """--field-name for every field of `cls`, its help the field's metadata["help"] and its default. A flag that
+    is not given stays out of the namespace, so that the config file's value (or the default) holds."""
+    import dataclasses
+
+    def json_object(text):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"key\": 1}}', got {text!r}")
+        return value
+
+    types = {"str": str, "int": int, "float": float, "str | None": str, "dict": json_object}
+    for f in dataclasses.fields(cls):
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        shown = "" if default is None else f" (default: {default if isinstance(default, str) else json.dumps(default)})"
+        help_text = (f.metadata.get("help", "") + shown).strip().replace("%", "%%")
+        flag = "--" + f.name.replace("_", "-")
+        if kind == "bool":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                                help=help_text)
+        elif kind in types:
+            parser.add_argument(flag, type=types[kind], default=argparse.SUPPRESS, help=help_text,
+                                metavar="JSON" if kind == "dict" else kind.split(" ")[0].upper())
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: no command-line type for {kind!r}")
 
 
 def _open_out(path):

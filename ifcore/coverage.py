@@ -13,9 +13,10 @@ Condition, or Nested when the label chains two or more parts), the primary and s
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
+
+from ifcore.jsonl import JsonlError, iter_jsonl
 
 # Extensions of docs/schema_extensions.md that ifcore.schema accepts (a "Decision: adopted" line). X11 is
 # `has` with match/case, adopted as clarification 1 of that file.
@@ -25,18 +26,15 @@ FIELDS = ("instruction_id", "constraint_index", "text", "category", "schema", "r
 
 
 def load_formalized(path: str | Path) -> list[dict]:
-    """The rows of a formalization file; each must have the FIELDS, and exactly one of schema / reason."""
+    """The rows of a formalization file; each must have the FIELDS, and exactly one of schema / reason.
+    A bad line raises JsonlError naming the file and line."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            missing = [k for k in FIELDS if k not in row]
-            if missing:
-                raise ValueError(f"{path}:{n}: missing {missing}")
-            if (row["schema"] is None) == (row["reason"] is None):
-                raise ValueError(f"{path}:{n}: exactly one of schema and reason must be null")
+    with open(path, "rb") as f:
+        for n, row, problem in iter_jsonl(f, FIELDS):
+            if not problem and (row["schema"] is None) == (row["reason"] is None):
+                problem = "exactly one of schema and reason must be null"
+            if problem:
+                raise JsonlError(f"{path}:{n}: {problem}")
             rows.append(row)
     return rows
 

@@ -517,30 +517,14 @@ def entropy_n(texts: list[str], n: int = 4) -> float:
     return -sum(c / total * math.log(c / total) for c in counts.values()) if total else 0.0
 
 
-def bleu4(hypothesis: list[str], references: list[list[str]]) -> float:
-    """Sentence BLEU-4 with uniform weights and +1 smoothing of the higher orders (Lin and Och 2004)."""
-    if not hypothesis:
-        return 0.0
-    logs = 0.0
-    for n in range(1, 5):
-        hyp = Counter(_ngrams(hypothesis, n))
-        best: Counter = Counter()
-        for ref in references:
-            best |= Counter(_ngrams(ref, n))
-        matched = sum(min(c, best[g]) for g, c in hyp.items())
-        total = sum(hyp.values())
-        num, den = (matched, total) if n == 1 else (matched + 1, total + 1)
-        if num == 0 or den == 0:
-            return 0.0
-        logs += math.log(num / den) / 4
-    closest = min((abs(len(r) - len(hypothesis)), len(r)) for r in references)[1]
-    bp = 1.0 if len(hypothesis) > closest else math.exp(1 - closest / len(hypothesis))
-    return bp * math.exp(logs)
-
-
 def self_bleu(texts: list[str]) -> float:
-    """Self-BLEU-4 (Zhu et al. 2018): each text scored against all the others; lower is more diverse."""
+    """Self-BLEU-4 (Zhu et al. 2018): each text scored against all the others; lower is more diverse.
+    NLTK's sentence BLEU with uniform weights and +1 smoothing of the higher orders (Lin and Och 2004)."""
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
     toks = [t.lower().split() for t in texts]
     if len(toks) < 2:
         return 0.0
-    return sum(bleu4(h, toks[:i] + toks[i + 1:]) for i, h in enumerate(toks)) / len(toks)
+    smoothing = SmoothingFunction().method2
+    return sum(sentence_bleu(toks[:i] + toks[i + 1:], h, smoothing_function=smoothing)
+               for i, h in enumerate(toks)) / len(toks)

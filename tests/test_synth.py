@@ -75,10 +75,12 @@ def test_diversity_metrics_on_hand_cases():
     assert synth.self_bleu(["the cat sat on the mat", "the cat sat on the mat"]) == pytest.approx(1.0)
     assert synth.self_bleu(["a b c d e", "v w x y z"]) == 0.0
     assert synth.entropy_n(["a b c d e"], 4) == pytest.approx(0.6931, abs=1e-4)  # two distinct 4-grams
+    # One word differs: clipped precisions 4/5, then +1 smoothed (3+1)/(4+1), (2+1)/(3+1), (1+1)/(2+1).
+    assert synth.self_bleu(["a b c d e", "a b c d q"]) == pytest.approx((4 / 5 * 4 / 5 * 3 / 4 * 2 / 3) ** 0.25)
 
 
 def test_cli_writes_a_dataset(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "ifcore", "synth", "--out", str(tmp_path), "--train", "20",
+    out = subprocess.run([sys.executable, "-m", "ifcore", "synth", "--output-dir", str(tmp_path), "--train", "20",
                           "--test", "5", "--seed", "7"], capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["instructions"] == 20
     assert subprocess.run([sys.executable, "-m", "ifcore", "validate-dataset", str(tmp_path / "train.jsonl")],

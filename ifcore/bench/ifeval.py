@@ -25,6 +25,8 @@ import string
 import sys
 from pathlib import Path
 
+from ifcore.jsonl import JsonlError, iter_jsonl, read_jsonl
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 PROMPTS = DATA / "ifeval" / "input_data.jsonl"
 
@@ -613,24 +615,33 @@ def summarize(results: dict[str, list[dict]]) -> dict:
     return summary
 
 
-def read_jsonl(path: Path, required: tuple[str, ...]) -> list[dict]:
-    """JSON Lines with the named fields; a bad line is an error naming the file and line."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not JSON: {e}") from e
-            missing = [k for k in required if not isinstance(row, dict) or k not in row]
-            if missing:
-                raise ValueError(f"{path}:{number}: missing field(s) {missing}")
-            if not isinstance(row.get("response", ""), str):
-                raise ValueError(f"{path}:{number}: response must be a string")
-            rows.append(row)
-    return rows
+def read_responses(path: str | Path, on_duplicate: str = "error") -> dict[str, str]:
+    """Prompt -> response from the official input format, JSONL {prompt, response}; every problem is a
+    JsonlError naming the file and line. Two responses to one prompt (equal once whitespace-stripped, as the
+    lookup matches) are an error naming both lines unless `on_duplicate` is "first" or "last", the one kept."""
+    if on_duplicate not in ("error", "first", "last"):
+        raise ValueError(f"on_duplicate must be error, first or last, not {on_duplicate!r}")
+    responses, line_of = {}, {}
+    with open(path, "rb") as f:
+        for n, row, problem in iter_jsonl(f, ("prompt", "response")):
+            problem = problem or next((f'"{k}": expected a string, got {type(row[k]).__name__}'
+                                       for k in ("prompt", "response") if not isinstance(row[k], str)), None)
+            if problem:
+                raise JsonlError(f"{path}:{n}: {problem}")
+            key = row["prompt"].strip()
+            if key in line_of:
+                first_n, first_prompt = line_of[key]
+                if on_duplicate == "error":
+                    raise JsonlError(f"{path}:{n}: a second response to the prompt of line {first_n} "
+                                     "(--on-duplicate first|last keeps one)")
+                if on_duplicate == "first":
+                    continue
+                del responses[first_prompt]
+            line_of[key] = n, row["prompt"]
+            responses[row["prompt"]] = row["response"]
+    if not responses:
+        raise JsonlError(f"{path}: no responses (the file is empty)")
+    return responses
 
 
 # The first seed whose simulated draws (legacy_letter_draws) give the IFEval paper's GPT-4 run: 76.89 / 83.57
@@ -639,10 +650,11 @@ PAPER_LETTER_SEED = 3
 
 
 def run_benchmark(name: str, responses_path: Path, output_dir: Path, out=None,
-                  letter_seed: int | None = PAPER_LETTER_SEED) -> dict:
+                  letter_seed: int | None = PAPER_LETTER_SEED, on_duplicate: str = "error") -> dict:
     """`ifcore eval ifeval|ifbench`: score a JSONL of {prompt, response} against the shipped prompts, write
     eval_results_strict.jsonl, eval_results_loose.jsonl and summary.json to `output_dir` and print the summary.
-    `letter_seed` (IFEval only): see legacy_letter_draws; None reads a non-letter `letter` literally."""
+    `letter_seed` (IFEval only): see legacy_letter_draws; None reads a non-letter `letter` literally.
+    `on_duplicate`: see read_responses."""
     if name == "ifeval":
         prompts_path, registry = PROMPTS, IFEVAL
     elif name == "ifbench":
@@ -653,7 +665,7 @@ def run_benchmark(name: str, responses_path: Path, output_dir: Path, out=None,
         raise ValueError(f"unknown benchmark {name!r}")
     out = out or sys.stdout
     rows = read_jsonl(prompts_path, ("prompt", "instruction_id_list", "kwargs"))
-    responses = {r["prompt"]: r["response"] for r in read_jsonl(responses_path, ("prompt", "response"))}
+    responses = read_responses(responses_path, on_duplicate)
     known = {r["prompt"] for r in rows} | {r["prompt"].strip() for r in rows}
     unmatched = sum(1 for p in responses if p not in known and p.strip() not in known)
     lookup = response_lookup(responses)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ifcore.bench import ifeval
+from ifcore.jsonl import read_jsonl
 
 GPT4_RESPONSES = (Path(__file__).resolve().parents[2] / "tests" / "data" / "ifeval"
                   / "input_response_data_gpt4_20231107_145030.jsonl")
@@ -48,8 +49,8 @@ def bench_ifeval(official_dir=None, responses=None, repeats: int = 5, out=None) 
     responses_path = Path(responses) if responses else GPT4_RESPONSES
     if not responses_path.is_file():
         raise ValueError(f"no responses at {responses_path}: give --responses FILE")
-    rows = ifeval.read_jsonl(ifeval.PROMPTS, ("prompt", "instruction_id_list", "kwargs"))
-    prompt_to_response = {r["prompt"]: r["response"] for r in ifeval.read_jsonl(responses_path, ("prompt", "response"))}
+    rows = read_jsonl(ifeval.PROMPTS, ("prompt", "instruction_id_list", "kwargs"))
+    prompt_to_response = ifeval.read_responses(responses_path)
     n_instructions = sum(len(r["instruction_id_list"]) for r in rows)
 
     caches = (ifeval._sentences, ifeval._words, ifeval.detect_language)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from ifcore.coverage import scope_selector
+from ifcore.jsonl import JsonlError, iter_jsonl
 from ifcore.schema import Constraint
 from ifcore.text import Doc
 from ifcore.verify import verify
@@ -29,30 +30,38 @@ def _data(name: str) -> Path:
 def load_test(path: str | Path | None = None) -> list[dict]:
     """Instances of the official test.json format: [{id, prompt, constraints: [{constraint, category}], targets}].
     The default is the packaged sample (the first 268 instances)."""
-    data = json.loads(Path(path or _data("test_sample.json")).read_text(encoding="utf-8"))
+    path = path or _data("test_sample.json")
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not JSON: {e}") from None
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON array of test instances")
     for i, inst in enumerate(data):
+        if not isinstance(inst, dict):
+            raise ValueError(f"{path}: instance {i}: expected an object, got {type(inst).__name__}")
         for key in ("id", "prompt", "constraints"):
             if key not in inst:
                 raise ValueError(f"{path}: instance {i}: missing {key!r}")
         for j, c in enumerate(inst["constraints"]):
-            if "constraint" not in c or "category" not in c:
+            if not isinstance(c, dict) or "constraint" not in c or "category" not in c:
                 raise ValueError(f"{path}: instance {i} constraint {j}: needs constraint and category")
     return data
 
 
 def load_formalizations(path: str | Path | None = None) -> dict[tuple[int, int], list[Constraint]]:
     """(instance id, constraint index) -> parsed schema constraints, for the formalized constraints only."""
+    path = path or _data("formalized.jsonl")
     out = {}
-    with open(path or _data("formalized.jsonl"), encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                row = json.loads(line)
-                if row.get("schema"):
-                    where = f"formalization line {n}"
-                    out[(row["instruction_id"], row["constraint_index"])] = [
-                        Constraint.from_dict(c, f"{where}.schema[{k}]") for k, c in enumerate(row["schema"])]
+    with open(path, "rb") as f:
+        for n, row, problem in iter_jsonl(f, ("instruction_id", "constraint_index")):
+            if problem:
+                raise JsonlError(f"{path}:{n}: {problem}")
+            if row.get("schema"):
+                if not isinstance(row["schema"], list):
+                    raise JsonlError(f"{path}:{n}: schema: expected a list of constraints")
+                out[(row["instruction_id"], row["constraint_index"])] = [
+                    Constraint.from_dict(c, f"{path}:{n}: schema[{k}]") for k, c in enumerate(row["schema"])]
     return out
 
 
@@ -104,27 +113,44 @@ def metrics(instances: list[dict], verdicts: list[list[dict]]) -> dict:
 
 
 def evaluate(responses_path: str | Path, output_dir: str | Path, test_path=None, formalized_path=None,
-             judge: Callable | None = None) -> dict:
-    """`ifcore eval scopeif`: responses JSONL {id or prompt, response} -> verdicts.jsonl and summary.json."""
+             judge: Callable | None = None, on_duplicate: str = "error") -> dict:
+    """`ifcore eval scopeif`: responses JSONL {id or prompt, response} -> verdicts.jsonl and summary.json.
+    Every problem is a JsonlError naming the file and line; two responses to one instance are an error naming
+    both lines unless `on_duplicate` is "first" or "last", the one kept."""
+    if on_duplicate not in ("error", "first", "last"):
+        raise ValueError(f"on_duplicate must be error, first or last, not {on_duplicate!r}")
     instances = load_test(test_path)
     formalized = load_formalizations(formalized_path)
     by_id = {inst["id"]: inst for inst in instances}
     by_prompt = {inst["prompt"]: inst for inst in instances}
-    picked, verdicts, rows = [], [], []
-    with open(responses_path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            inst = by_id.get(r.get("id")) if "id" in r else by_prompt.get(r.get("prompt"))
+    chosen = {}  # instance id -> (line, instance, response)
+    with open(responses_path, "rb") as f:
+        for n, r, problem in iter_jsonl(f, ("response",)):
+            key = "id" if r is not None and "id" in r else "prompt"
+            if problem is None and not isinstance(r["response"], str):
+                problem = f'"response": expected a string, got {type(r["response"]).__name__}'
+            if problem is None and key not in r:
+                problem = 'needs "id" or "prompt"'
+            if problem is None and not isinstance(r[key], (int, str) if key == "id" else str):
+                what = "an integer" if key == "id" else "a string"
+                problem = f'"{key}": expected {what}, got {type(r[key]).__name__}'
+            if problem:
+                raise JsonlError(f"{responses_path}:{n}: {problem}")
+            inst = (by_id if key == "id" else by_prompt).get(r[key])
             if inst is None:
-                raise ValueError(f"{responses_path}:{n}: no test instance with this id or prompt")
-            if not isinstance(r.get("response"), str):
-                raise ValueError(f"{responses_path}:{n}: \"response\" must be a string")
-            vs = judge_instance(inst, r["response"], formalized, judge)
-            picked.append(inst)
-            verdicts.append(vs)
-            rows.append({"id": inst["id"], "response": r["response"], "verdicts": vs})
+                raise JsonlError(f"{responses_path}:{n}: no test instance with this {key}")
+            if inst["id"] in chosen and on_duplicate != "last":
+                if on_duplicate == "error":
+                    raise JsonlError(f"{responses_path}:{n}: a second response to the instance of line "
+                                     f"{chosen[inst['id']][0]} (--on-duplicate first|last keeps one)")
+                continue
+            chosen[inst["id"]] = n, inst, r["response"]
+    if not chosen:
+        raise JsonlError(f"{responses_path}: no responses (the file is empty)")
+    picked = [inst for _, inst, _ in chosen.values()]
+    verdicts = [judge_instance(inst, response, formalized, judge) for _, inst, response in chosen.values()]
+    rows = [{"id": inst["id"], "response": response, "verdicts": vs}
+            for (_, inst, response), vs in zip(chosen.values(), verdicts)]
     summary = metrics(picked, verdicts)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,244 @@
+"""The command line's contract: a bad file, line or config key is one line on stderr naming it, with exit
+status 2 (nothing done) or 1 (done, some lines bad); never a traceback. In-process through ifcore.cli.main."""
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import ifcore
+from ifcore.bench import ifeval
+from ifcore.cli import main
+from ifcore.jsonl import read_jsonl
+
+ROOT = Path(__file__).resolve().parents[1]
+GOOD = json.dumps({"response": "One two three.", "constraints": [{"scope": [], "target": {"count": "word"},
+                                                                   "range": {"min": 1}}]})
+
+
+def run(capsys, *argv):
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as e:
+        status = e.code
+    out, err = capsys.readouterr()
+    return status, out, err.splitlines()
+
+
+def write(path: Path, *lines: str) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+FIRST_PROMPTS = [r["prompt"] for r in read_jsonl(ifeval.PROMPTS, ("prompt",))[:2]]  # of IFEval
+
+
+def scopeif_files(tmp_path):
+    test = [{"id": i, "prompt": f"p{i}", "constraints": [], "targets": []} for i in (7, 8)]
+    (tmp_path / "test.json").write_text(json.dumps(test))
+    write(tmp_path / "f.jsonl", json.dumps({"instruction_id": 7, "constraint_index": 0, "schema": None}))
+    return ["--test", tmp_path / "test.json", "--formalized", tmp_path / "f.jsonl"]
+
+
+# Each case: (argv built from tmp_path, what the one stderr line must contain).
+ERRORS = {
+    "verify, missing input": (lambda t: ["verify", "--input", t / "nope.jsonl"], "nope.jsonl: No such file"),
+    "verify, output in a missing folder": (
+        lambda t: ["verify", "--input", write(t / "in.jsonl", GOOD), "--output", t / "no" / "out.jsonl"],
+        "out.jsonl: No such file"),
+    "verify, alpha not a positive number": (
+        lambda t: ["verify", "--input", write(t / "in.jsonl", GOOD), "--alpha", "nan"], "alpha"),
+    "validate-dataset, missing file": (lambda t: ["validate-dataset", t / "nope.jsonl"], "nope.jsonl: No such file"),
+    "train, missing config": (lambda t: ["train", "--config", t / "nope.yaml"], "nope.yaml: No such file"),
+    "train, broken YAML": (lambda t: ["train", "--config", write(t / "c.yaml", "steps: 3", "lr: [1")], "c.yaml:3"),
+    "train, broken JSON": (lambda t: ["train", "--config", write(t / "c.json", '{"steps": 3,')], "c.json:2"),
+    "train, unknown key": (lambda t: ["train", "--config", write(t / "c.yaml", "stepz: 3")], "stepz"),
+    "train, bad value": (lambda t: ["train", "--config", write(t / "c.yaml", "group_size: 1")], "group_size"),
+    "train, bad value in a flag": (lambda t: ["train", "--steps", "-1"], "steps"),
+    "eval, a bad letter seed": (lambda t: ["eval", "ifeval", "--responses", t / "r.jsonl", "--letter-seed", "x"],
+                                "--letter-seed"),
+    "eval, missing responses": (lambda t: ["eval", "ifbench", "--responses", t / "nope.jsonl"], "nope.jsonl"),
+    "eval, empty responses": (lambda t: ["eval", "ifeval", "--responses", write(t / "r.jsonl")],
+                              "r.jsonl: no responses"),
+    "eval, blank lines only": (lambda t: ["eval", "ifeval", "--responses", write(t / "r.jsonl", "", " ")],
+                               "r.jsonl: no responses"),
+    "eval, a JSON array line": (
+        lambda t: ["eval", "ifeval", "--responses", write(t / "r.jsonl", json.dumps({"prompt": "p", "response": "r"}),
+                                                          "[1, 2]")], "r.jsonl:2: expected a JSON object"),
+    "eval, a prompt that is no string": (
+        lambda t: ["eval", "ifeval", "--responses", write(t / "r.jsonl", json.dumps({"prompt": 3, "response": "r"}))],
+        'r.jsonl:1: "prompt": expected a string'),
+    "eval, a response that is no string": (
+        lambda t: ["eval", "ifbench", "--responses", write(t / "r.jsonl", json.dumps({"prompt": "p", "response": 1}))],
+        'r.jsonl:1: "response": expected a string'),
+    "eval, a non-UTF-8 line": (
+        lambda t: ["eval", "ifeval", "--responses", t / "r.jsonl"], "r.jsonl:1: not UTF-8"),
+    "eval, a duplicated prompt": (
+        lambda t: ["eval", "ifeval", "--output-dir", t, "--responses", write(t / "r.jsonl", *(
+            json.dumps({"prompt": p, "response": "r"}) for p in [*FIRST_PROMPTS, " \n" + FIRST_PROMPTS[0]]))],
+        "r.jsonl:3: a second response to the prompt of line 1"),
+    "eval scopeif, a duplicated instance": (
+        lambda t: ["eval", "scopeif", "--output-dir", t, *scopeif_files(t), "--responses", write(
+            t / "r.jsonl", json.dumps({"id": 7, "response": "a"}), json.dumps({"prompt": "p7", "response": "b"}))],
+        "r.jsonl:2: a second response to the instance of line 1"),
+    "eval scopeif, empty responses": (
+        lambda t: ["eval", "scopeif", "--output-dir", t, *scopeif_files(t), "--responses", write(t / "r.jsonl")],
+        "r.jsonl: no responses"),
+    "eval scopeif, a prompt that is no string": (
+        lambda t: ["eval", "scopeif", "--output-dir", t, *scopeif_files(t), "--responses", write(
+            t / "r.jsonl", json.dumps({"prompt": ["p7"], "response": "a"}))], 'r.jsonl:1: "prompt": expected a string'),
+    "eval scopeif, a JSON array line": (
+        lambda t: ["eval", "scopeif", "--output-dir", t, *scopeif_files(t), "--responses", write(t / "r.jsonl", "[]")],
+        "r.jsonl:1: expected a JSON object"),
+    "eval scopeif, a bad formalization line": (
+        lambda t: ["eval", "scopeif", "--output-dir", t, "--test", scopeif_files(t)[1], "--formalized",
+                   write(t / "f.jsonl", "{}", "{oops"), "--responses", write(t / "r.jsonl", "{}")],
+        "f.jsonl:1: missing"),
+    "labels, missing input": (lambda t: ["labels", "ifeval", "--input", t / "nope.jsonl"], "nope.jsonl: No such file"),
+    "labels, empty input": (lambda t: ["labels", "ifeval", "--input", write(t / "rows.jsonl")], "rows.jsonl: no rows"),
+    "synth, output folder is a file": (lambda t: ["synth", "--output-dir", write(t / "f.txt", "x"), "--train", "2",
+                                                  "--test", "1"], "f.txt"),
+    "bench ifeval, missing responses": (lambda t: ["bench", "ifeval", "--responses", t / "nope.jsonl"], "nope.jsonl"),
+}
+
+
+@pytest.mark.parametrize("case", ERRORS)
+def test_an_error_is_one_line_naming_the_file_and_exit_status_2(case, tmp_path, capsys, monkeypatch):
+    argv, expected = ERRORS[case]
+    if case.startswith("train"):  # these must stop before training; should one not, it fails here, fast
+        from ifcore.train import grpo
+
+        monkeypatch.setattr(grpo, "train", lambda config: pytest.fail(f"trained with {config}"))
+    (tmp_path / "r.jsonl").write_bytes(b'{"prompt": "p", "response": "caf\xe9"}\n')  # overwritten by most cases
+    status, out, err = run(capsys, *argv(tmp_path))
+    command = "eval" if case.startswith("eval") else case.split(",")[0].split()[0]
+    assert status == 2 and len(err) == 1, err
+    assert err[0].startswith(f"ifcore {command}: error: ") and expected in err[0], err[0]
+
+
+def test_verify_answers_every_line_and_summarizes(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"\n".join([GOOD.encode(), b"{not json", b"[1]", b'{"response": "caf\xe9", "constraints": []}',
+                                b"", GOOD.encode()]) + b"\n")
+    status, out, err = run(capsys, "verify", "--input", src, "--output", tmp_path / "out.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert status == 1 and len(rows) == 5  # every non-blank line, the stray byte's line included
+    assert [("error" in r) for r in rows] == [False, True, True, False, False]
+    assert "line 2" in rows[1]["error"] and "line 3" in rows[2]["error"] and "line 4" in rows[3]["warning"]
+    assert err == ["5 lines: 3 ok, 2 errors"]
+    status, out, err = run(capsys, "verify", "--input", write(tmp_path / "ok.jsonl", GOOD))
+    assert status == 0 and json.loads(out)["ila"] == 1.0 and err == ["1 lines: 1 ok, 0 errors"]
+
+
+def test_validate_dataset_names_every_bad_line_and_refuses_an_empty_file(tmp_path, capsys):
+    label = json.dumps({"constraints": [{"scope": [], "target": {"count": "word"}, "range": {"min": 1}}]})
+    src = write(tmp_path / "d.jsonl", json.dumps({"prompt": "p", "label": label}), "[1]", "{oops",
+                json.dumps({"prompt": "p", "label": label}))
+    status, out, err = run(capsys, "validate-dataset", src)
+    assert status == 1 and [e.split(":")[0] for e in err] == ["line 2", "line 3"]
+    assert "4 samples, 2 errors" in out
+    status, out, err = run(capsys, "validate-dataset", write(tmp_path / "empty.jsonl"))
+    assert status == 1 and err == ["no samples (the file is empty)"]
+
+
+def test_labels_names_each_bad_row_and_writes_the_others(tmp_path, capsys):
+    row = {"prompt": "p", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}
+    src = write(tmp_path / "rows.jsonl", json.dumps({**row, "instruction_id_list": ["x:y"]}), "[]",
+                json.dumps({**row, "instruction_id_list": 3}), json.dumps(row))
+    status, out, err = run(capsys, "labels", "ifeval", "--input", src, "--output", tmp_path / "out.jsonl")
+    assert status == 1 and len((tmp_path / "out.jsonl").read_text().splitlines()) == 1
+    assert all(e.startswith(f"ifcore labels: error: {src}:{n}: ") for n, e in zip((1, 2, 3), err))
+    assert "unknown instruction id 'x:y'" in err[0]
+    assert "1 of 1 rows written" in err[3] and "3 bad rows" in err[3] and len(err) == 4
+
+
+@pytest.mark.parametrize("choice, kept", [("first", "one"), ("last", "two")])
+def test_eval_keeps_the_chosen_duplicate(choice, kept, tmp_path, capsys):
+    prompt = FIRST_PROMPTS[0]
+    src = write(tmp_path / "r.jsonl", json.dumps({"prompt": prompt, "response": "one"}),
+                json.dumps({"prompt": prompt + " ", "response": "two"}))
+    status, _, _ = run(capsys, "eval", "ifeval", "--responses", src, "--output-dir", tmp_path, "--on-duplicate", choice)
+    strict = json.loads((tmp_path / "eval_results_strict.jsonl").read_text().splitlines()[0])
+    assert status == 0 and strict["response"] == kept
+    assert json.loads((tmp_path / "summary.json").read_text())["unmatched_responses"] == 0
+
+    src = write(tmp_path / "s.jsonl", json.dumps({"id": 7, "response": "one"}), json.dumps({"id": 8, "response": "x"}),
+                json.dumps({"prompt": "p7", "response": "two"}))
+    status, out, _ = run(capsys, "eval", "scopeif", *scopeif_files(tmp_path), "--responses", src, "--output-dir",
+                         tmp_path, "--on-duplicate", choice)
+    verdicts = [json.loads(line) for line in (tmp_path / "verdicts.jsonl").read_text().splitlines()]
+    assert status == 0 and json.loads(out)["instances"] == 2  # not 3: the duplicate counts once
+    assert [(v["id"], v["response"]) for v in verdicts] == [(7, kept), (8, "x")]
+
+
+def test_train_help_lists_every_config_field_with_its_default(capsys, monkeypatch):
+    from dataclasses import MISSING, fields
+
+    from ifcore.train.grpo import TrainConfig
+
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse would wrap the help, at hyphens too
+    status, out, _ = run(capsys, "train", "--help")
+    assert status == 0
+    # One block per option, from its "  --flag" line to the next.
+    blocks = {b.split()[0].rstrip(","): " ".join(b.split()) for b in re.split(r"\n(?=  --)", out)}
+    for f in fields(TrainConfig):
+        block = blocks["--" + f.name.replace("_", "-")]
+        assert f.metadata["help"] in block, f.name
+        default = f.default_factory() if f.default is MISSING else f.default
+        if default is not None:
+            assert f"(default: {default if isinstance(default, str) else json.dumps(default)})" in block, f.name
+    assert blocks["--think"].startswith("--think, --no-think") and "--config" in blocks
+
+
+def test_train_precedence_is_defaults_then_config_then_flags(tmp_path, capsys, monkeypatch):
+    from ifcore.train import grpo
+
+    seen = []
+    monkeypatch.setattr(grpo, "train", seen.append)
+    config = write(tmp_path / "c.yaml", "steps: 5", "lr: 0.01", "warm_start: {steps: 3}")
+    status, _, err = run(capsys, "train", "--config", config, "--steps", "7", "--no-think",
+                         "--warm-start", '{"steps": 4}', "--output-dir", tmp_path / "run")
+    assert status == 0 and err == []
+    (cfg,) = seen
+    assert (cfg.steps, cfg.lr, cfg.think, cfg.warm_start, cfg.output_dir) == (7, 0.01, False, {"steps": 4},
+                                                                             str(tmp_path / "run"))
+    assert cfg.seed == grpo.TrainConfig().seed and cfg.reward == grpo.TrainConfig().reward
+    status, _, err = run(capsys, "train", "--warm-start", "[1]")
+    assert status == 2 and "expected a JSON object" in err[-1]
+
+
+def test_synth_output_dir_and_its_hidden_old_spelling(tmp_path, capsys):
+    for flag in ("--output-dir", "--out"):
+        status, out, _ = run(capsys, "synth", flag, tmp_path / flag, "--train", "4", "--test", "2")
+        assert status == 0 and json.loads(out)["instructions"] == 4
+        assert (tmp_path / flag / "train.jsonl").exists()
+    status, out, _ = run(capsys, "synth", "--help")
+    assert "--output-dir" in out and "--out " not in out and "--out\n" not in out
+
+
+def test_version_is_the_package_version(capsys):
+    status, out, _ = run(capsys, "--version")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert status == 0 and out.strip() == f"ifcore {version}" and ifcore.__version__ == version
+
+
+def test_installed_command_gives_no_traceback_and_loads_no_torch(tmp_path):
+    ifcore_cmd = [sys.executable, "-m", "ifcore"]
+    done = subprocess.run(ifcore_cmd + ["--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("ifcore ") and not done.stderr
+    done = subprocess.run(ifcore_cmd + ["verify", "--input", str(tmp_path / "nope.jsonl")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and not done.stdout
+    assert done.stderr.splitlines() == [f"ifcore verify: error: {tmp_path / 'nope.jsonl'}: No such file or directory"]
+    # `ifcore --help` and `ifcore verify` run on reward workers: neither may load torch.
+    code = ("import sys; from ifcore.cli import main\n"
+            "for argv in (['--help'], ['verify', '--input', sys.argv[1]]):\n"
+            "    try: main(argv)\n"
+            "    except SystemExit: pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(write(tmp_path / "in.jsonl", GOOD))], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stderr.splitlines()[-1] == "False"
