@@ -1,12 +1,14 @@
 """The embedded trainer (ifcore.train): the GRPO loss on hand-computed cases, the policy directory through
-from_pretrained, the metrics contract, determinism under a seed, an exact resume after a SIGKILL, and the
-cache of default assets.
+from_pretrained, the metrics contract, determinism under a seed, an exact resume after a SIGKILL, a run
+directory that refuses another configuration or a second trainer, checkpoints whose damage is detected (the
+previous one resumes), a configuration checked on load, and the cache of default assets.
 
 Data: a small interim ScopeInstruct-like generator below (witness texts, hindsight-relabelled constraints over
 all five selectors), so these tests do not depend on ifcore.synth. Models are tiny (about 30k parameters).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -24,7 +26,8 @@ pytest.importorskip("transformers")
 
 from ifcore.rewards import score_response  # noqa: E402
 from ifcore.schema import parse_label  # noqa: E402
-from ifcore.train.grpo import TIMING_KEYS, grpo_loss, load_config, read_rows, train  # noqa: E402
+from ifcore.train.grpo import (TIMING_KEYS, checkpoint_problem, grpo_loss, load_config, read_rows,  # noqa: E402
+                               run_identity, train)
 from ifcore.train.model import THINK_CLOSE, THINK_OPEN, chat_prompt, load_policy  # noqa: E402
 from ifcore.train.sft import WarmStartConfig, default_assets, warm_start  # noqa: E402
 
@@ -249,9 +252,83 @@ def test_every_reward_kind_trains(assets, tmp_path, reward):
 
 
 def test_resume_refuses_a_directory_with_other_settings(assets, tmp_path):
+    """`ifcore train --output-dir X` on checkpoints of another configuration is an error naming what differs,
+    never a silent resume: steps, learning rate and the data's content each count."""
     _run(assets, tmp_path / "a", steps=2)
-    with pytest.raises(ValueError, match="lr"):
+    with pytest.raises(ValueError, match=r"another configuration \(lr 0.001 there, 0.0005 now; steps 2 there, 3"):
         _run(assets, tmp_path / "a", steps=3, lr=5e-4)
+    with pytest.raises(ValueError, match="steps 2 there, 1 now"):
+        _run(assets, tmp_path / "a", steps=1)
+    edited = tmp_path / "train.jsonl"
+    edited.write_text(Path(assets["train_data"]).read_text().replace("river", "stream"))
+    with pytest.raises(ValueError, match="train_data_sha256"):
+        _run({**assets, "train_data": str(edited)}, tmp_path / "a", steps=2)
+    assert [r["step"] for r in _run(assets, tmp_path / "a", steps=2)] == [0, 1, 2, 2]  # the same one resumes
+
+
+def test_run_identity_fills_in_defaults_and_hashes_the_data(assets, tmp_path, monkeypatch):
+    def key(**over):
+        cfg = load_config(None, **{**TINY_RUN, **assets, **over})
+        return run_identity(cfg, {k: getattr(cfg, k) for k in ("model", "train_data", "test_data")})[1]
+
+    base = key()
+    assert key(output_dir="elsewhere") == base  # where a run lives is not what it is
+    assert key(lr=1e-3) == base and key(lr="1e-3") == base and key(lr=0.002) != base
+    monkeypatch.chdir(Path(assets["model"]).parent)
+    assert key(model="policy") == base  # one model, however its path is spelled
+    copy = tmp_path / "test.jsonl"
+    copy.write_text(Path(assets["test_data"]).read_text())
+    assert key(test_data=str(copy)) == base  # the data's content, not its path
+    copy.write_text(copy.read_text() + copy.read_text().splitlines()[0] + "\n")
+    assert key(test_data=str(copy)) != base
+    # The default policy: its warm start counts with every default filled in.
+    default = dict(TINY_RUN, train_data=assets["train_data"], test_data=assets["test_data"])
+    paths = dict(assets)
+    first = run_identity(load_config(None, **default), paths)
+    assert first[0]["warm_start.hidden_size"] == WarmStartConfig().hidden_size and first[0]["model"] is None
+    assert run_identity(load_config(None, **default, warm_start={"hidden_size": WarmStartConfig().hidden_size}),
+                        paths)[1] == first[1]
+    assert run_identity(load_config(None, **default, warm_start={"hidden_size": 64}), paths)[1] != first[1]
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_or_truncated_checkpoint_falls_back_to_the_previous_one(assets, tmp_path):
+    steps = 4
+    whole = _run(assets, tmp_path / "whole", steps=steps)
+    out = tmp_path / "run"
+    _run(assets, out, steps=steps)
+    ckpts = out / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step_000002", "step_000004"]  # the last two are kept
+    for damage, name in [(_flip_a_byte, "model.safetensors"),
+                         (lambda p: p.write_bytes(p.read_bytes()[:-100]), "optimizer.pt")]:
+        damage(ckpts / "step_000004" / name)
+        with pytest.warns(UserWarning, match=rf"step_000004/{name}: .*(corrupt|truncated).*resuming from step_000002"):
+            rows = _run(assets, out, steps=steps)
+        assert _without_timings(rows) == _without_timings(whole)  # steps 3 and 4 redone exactly
+        assert checkpoint_problem(ckpts / "step_000004") is None
+    # No good checkpoint left: an error naming the file, nothing resumed from damaged weights.
+    _flip_a_byte(ckpts / "step_000004" / "model.safetensors")
+    _flip_a_byte(ckpts / "step_000002" / "model.safetensors")
+    with pytest.warns(UserWarning, match="step_000004"), \
+            pytest.raises(ValueError, match="step_000002/model.safetensors: sha256 differs.*no good checkpoint"):
+        _run(assets, out, steps=steps)
+
+
+def test_a_second_trainer_on_a_run_directory_is_refused(assets, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    with open(out / "train.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running trainer holds it
+        lock.write("31337")
+        lock.flush()
+        with pytest.raises(BlockingIOError, match=r"another trainer \(pid 31337\) is using this run directory"):
+            _run(assets, out, steps=1)
+    assert [r["step"] for r in _run(assets, out, steps=1)] == [0, 1, 1]  # the lock ended with its holder
 
 
 def test_killed_run_resumes_exactly(assets, tmp_path):
@@ -285,11 +362,45 @@ def test_killed_run_resumes_exactly(assets, tmp_path):
 
 def test_config_file_then_flags(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("reward: cla\nsteps: 7\ngroup_size: 4\n")
+    path.write_text("reward: cla\nsteps: 7\ngroup_size: 4\nlr: 1e-3\n")
     cfg = load_config(str(path), steps=9, seed=None)
     assert (cfg.reward, cfg.steps, cfg.group_size, cfg.seed) == ("cla", 9, 4, 0)
+    assert cfg.lr == 0.001  # YAML 1.1 reads 1e-3 as a string
     path.write_text("reward: cla\ngroupsize: 4\n")
-    with pytest.raises(ValueError, match="groupsize"):
+    with pytest.raises(ValueError, match=r"c.yaml: groupsize: unknown TrainConfig field \(did you mean group_size\?"):
+        load_config(str(path))
+    path.write_text("reward: cla\nsteps: [1\n")
+    with pytest.raises(ValueError, match=r"c.yaml:\d: not valid YAML"):
+        load_config(str(path))
+    path = tmp_path / "c.json"
+    path.write_text('{"steps": 3,\n "seed": }')
+    with pytest.raises(ValueError, match=r"c.json:2: not valid JSON"):
+        load_config(str(path))
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("steps", "abc", "expected an integer, got 'abc'"), ("steps", 2.5, "expected an integer"),
+    ("steps", True, "expected an integer"), ("steps", -1, "must be at least 1"), ("steps", 0, "must be at least 1"),
+    ("group_size", 1, "must be at least 2"), ("eval_every", 0, "must be at least 1"),
+    ("save_every", 0, "must be at least 1"), ("prompts_per_step", 0, "must be at least 1"),
+    ("micro_batch", 0, "must be at least 1"), ("max_new_tokens", 0, "must be at least 1"),
+    ("temperature", 0, "must be a finite number > 0"), ("top_p", 0, r"must be in \(0, 1\]"),
+    ("top_p", 1.01, r"must be in \(0, 1\]"), ("lr", float("nan"), "must be a finite number > 0"),
+    ("lr", float("inf"), "must be a finite number > 0"), ("lr", "fast", "expected a number"),
+    ("alpha", -1, "must be a finite number > 0"), ("alpha", float("nan"), "finite"),
+    ("kl_coef", -0.1, ">= 0"), ("clip_eps", 1.5, r"in \(0, 1\)"), ("reward", "binary", "must be one of ila"),
+    ("token_advantages", "rtt", "broadcast"), ("think", "yes", "expected true or false"),
+    ("model", 3, "expected a string"), ("seed", -1, "at least 0"), ("warm_start", [1], "expected a mapping"),
+    ("warm_start", {"hiden_size": 64}, r"\.hiden_size: unknown WarmStartConfig field \(did you mean hidden_size"),
+    ("warm_start", {"layers": 0}, r"\.layers: must be at least 1"),
+    ("warm_start", {"hidden_size": 30}, "must be a multiple of heads"),
+])
+def test_bad_config_values_are_refused_naming_the_field(tmp_path, field, value, reason):
+    with pytest.raises(ValueError, match=rf"^{field}.*{reason}"):
+        load_config(None, **{field: value})
+    path = tmp_path / "c.json"  # from a file, the message starts with the file
+    path.write_text(json.dumps({field: value}, allow_nan=True))
+    with pytest.raises(ValueError, match=rf"^{path}: {field}.*{reason}"):
         load_config(str(path))
 
 
@@ -299,7 +410,7 @@ def test_default_assets_are_built_once_and_cached(tmp_path, monkeypatch):
     cfg = load_config(None, **TINY_RUN, steps=1, output_dir=str(tmp_path / "run"), warm_start=TINY_MODEL)
     rows = _rows(train(cfg, progress=False))
     assert [r["step"] for r in rows] == [0, 1, 1]
-    paths = json.loads((tmp_path / "run" / "config.json").read_text())
+    paths = json.loads((tmp_path / "run" / "config.json").read_text())["paths"]
     entry = Path(paths["model"]).parent
     assert entry.parent == tmp_path / "cache" and len(read_rows(paths["test_data"])) == TINY_MODEL["test_rows"]
     built = (entry / "spec.json").stat().st_mtime_ns

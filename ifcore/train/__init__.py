@@ -4,8 +4,28 @@
   Qwen3-style chat template with `<think>` tags; `load_policy(path)` reads any from_pretrained directory.
 - `sft.py`: the behaviour-cloning warm start on hindsight-relabelled pairs from `ifcore.synth`, and the
   cache of default assets (`$IFCORE_CACHE`, default `~/.cache/ifcore`).
-- `grpo.py`: `TrainConfig` and the loop behind `ifcore train` (metrics.jsonl, TensorBoard, checkpoints,
-  exact resume).
+- `grpo.py`: `TrainConfig` (validated on load) and the loop behind `ifcore train` (metrics.jsonl, TensorBoard,
+  checksummed checkpoints, exact resume, a lock per run directory).
+- `sweep.py`: arms x seeds of `ifcore train` in child processes, each run in a directory keyed by its
+  configuration (reused only when that matches), one progress bar, children stopped on interrupt.
 
 Needs the `train` extra (torch, transformers, tokenizers, tensorboard, tqdm); the core never imports it.
 """
+
+# Part of every run's identity (grpo.run_identity) and of the cache key of the default assets (sft.default_assets):
+# bump it when a code change moves the numbers of a run with an unchanged configuration (the warm start, the
+# default data, the GRPO step), so that no run or cached policy of the old code is reused as if it were new.
+# 2: the warm start's schedule is transformers' cosine-with-min-lr (warm-up from 0, decay after the warm-up).
+TRAINER_VERSION = 2
+
+
+def _default_policy():
+    from ifcore.train.sft import WarmStartConfig, default_assets
+
+    return default_assets(WarmStartConfig())["model"]
+
+
+# `tiny` in the model registry is the cached warm-started policy; infer may not import train, so train registers it.
+from ifcore.infer.registry import register  # noqa: E402
+
+register("tiny", _default_policy)

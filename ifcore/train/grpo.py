@@ -10,79 +10,238 @@ Everything random is a function of (seed, step): the prompt order, the sampling 
 run killed after any checkpoint and started again with the same command continues exactly where the
 checkpoint left it, and its metrics rows equal those of a run that was never stopped (timings aside).
 On CUDA the weights stay fp32 and every forward pass runs under bf16 autocast; on CPU everything is fp32.
+
+A run directory belongs to one configuration: config.json holds the run's identity (run_identity: every
+TrainConfig field, the warm start with its defaults filled in, the data files' sha256, the trainer version) and a
+rerun resumes only when that matches. Each checkpoint carries the sha256 of its files; a resume skips (and
+removes) a checkpoint that no longer matches them, warning with the file's name, and falls back to the previous
+one (the last two are kept). A lock file keeps a second trainer out of a directory in use.
 """
 from __future__ import annotations
 
 import contextlib
+import difflib
+import fcntl
+import hashlib
 import json
+import math
 import os
+import shutil
 import time
-from dataclasses import asdict, dataclass, field, fields
+import typing
+import warnings
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ifcore.rewards import KINDS
+from ifcore.train import TRAINER_VERSION
 from ifcore.train.model import chat_prompt, load_policy
 
 # Keys of a metrics row that measure wall-clock time rather than the run: the only ones a resume may change.
 TIMING_KEYS = ("step_seconds", "eval_seconds")
 
 
+def _arg(default, help: str):
+    """A TrainConfig field and the help text `ifcore train --help` shows for it."""
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class TrainConfig:
-    reward: str = "scopeif"  # ila | cla | scopeif | scopeif_flat | raif (ifcore.rewards.score_response)
-    steps: int = 30
-    seed: int = 0
-    output_dir: str = "runs/train"
-    model: str | None = None  # a from_pretrained directory; None: the cached warm-started small policy
-    train_data: str | None = None  # JSONL of {"prompt", "label"} rows; None: the cached default dataset
-    test_data: str | None = None
-    think: bool = True  # False: the chat template supplies an empty think block (RAIF's no-think mode)
-    alpha: float = 3.0  # graded-reward penalty severity (ScopeIF eq. 5)
-    prompts_per_step: int = 16  # on the CPU, 16 x 4 raised held-out CSR more than 8 x 8 at the same cost
-    group_size: int = 4  # G rollouts per prompt
-    max_new_tokens: int = 64  # a rollout that reaches it is truncated: reward 0 through the format gate
-    temperature: float = 1.0
-    top_p: float = 1.0
-    lr: float = 5e-4  # for the 0.5M-parameter toy (1e-3 erased what the warm start learned, 2e-4 was slow);
-    #                   ScopeIF app. E.2 uses 2e-6 for Qwen3-4B/8B
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    ppo_epochs: int = 2  # optimizer steps per rollout batch; from the second one on the clip can bite
-    # Sequences per forward/backward, accumulated up to the whole batch. The fp32 logits are [micro_batch, T,
-    # vocab]: a real Qwen3 (vocab 151k) on a GPU wants 1-4 here.
-    micro_batch: int = 64
-    clip_eps: float = 0.2
-    kl_coef: float = 1e-3
-    token_advantages: str = "broadcast"  # broadcast: each response's advantage on all its tokens
-    eval_every: int = 10
-    eval_prompts: int = 256  # the first N held-out rows
-    eval_samples: int = 4  # samples per held-out prompt behind eval_csr / eval_isr (greedy: eval_greedy_*)
-    save_every: int = 10
-    threads: int = 0  # torch CPU threads; 0 leaves torch's default
-    warm_start: dict = field(default_factory=dict)  # overrides of sft.WarmStartConfig for the default policy
+    reward: str = _arg("scopeif", "ila | cla | scopeif | scopeif_flat | raif (ifcore.rewards.score_response)")
+    steps: int = _arg(30, "GRPO steps")
+    seed: int = _arg(0, "seeds the prompt order and the sampling noise")
+    output_dir: str = _arg("runs/train", "metrics.jsonl, TensorBoard events, checkpoints; rerun to resume")
+    model: str | None = _arg(None, "a from_pretrained directory; default: the cached warm-started small policy")
+    train_data: str | None = _arg(None, "JSONL of {prompt, label} rows; default: the cached synthetic dataset")
+    test_data: str | None = _arg(None, "held-out JSONL of {prompt, label} rows; default: the cached one")
+    think: bool = _arg(True, "false: the chat template supplies an empty think block (RAIF's no-think mode)")
+    alpha: float = _arg(3.0, "graded-reward penalty severity (ScopeIF eq. 5)")
+    # On the CPU, 16 x 4 raised held-out CSR more than 8 x 8 at the same cost.
+    prompts_per_step: int = _arg(16, "prompts per GRPO step")
+    group_size: int = _arg(4, "G rollouts per prompt")
+    max_new_tokens: int = _arg(64, "a rollout that reaches it is truncated: reward 0 through the format gate")
+    temperature: float = _arg(1.0, "rollout sampling temperature")
+    top_p: float = _arg(1.0, "rollout nucleus sampling")
+    # For the 0.5M-parameter toy 1e-3 erased what the warm start learned and 2e-4 was slow; ScopeIF app. E.2
+    # uses 2e-6 for Qwen3-4B/8B.
+    lr: float = _arg(5e-4, "AdamW learning rate")
+    weight_decay: float = _arg(0.0, "AdamW weight decay")
+    max_grad_norm: float = _arg(1.0, "gradient clipping")
+    ppo_epochs: int = _arg(2, "optimizer steps per rollout batch; from the second one on the clip can bite")
+    # The fp32 logits are [micro_batch, T, vocab]: a real Qwen3 (vocab 151k) on a GPU wants 1-4 here.
+    micro_batch: int = _arg(64, "sequences per forward/backward, accumulated up to the whole batch")
+    clip_eps: float = _arg(0.2, "PPO clip range (RAIF eq. 2)")
+    kl_coef: float = _arg(1e-3, "k3 KL penalty to the initial policy (ScopeIF app. E.2: 1e-3)")
+    token_advantages: str = _arg("broadcast", "broadcast: each response's advantage on all its tokens")
+    eval_every: int = _arg(10, "held-out evaluation every N steps (and at the end)")
+    eval_prompts: int = _arg(256, "the first N held-out rows")
+    eval_samples: int = _arg(4, "samples per held-out prompt behind eval_csr / eval_isr (greedy: eval_greedy_*)")
+    save_every: int = _arg(10, "a checkpoint every N steps (and at the end); the last two are kept")
+    threads: int = _arg(0, "torch CPU threads; 0 leaves torch's default")
+    warm_start: dict = _arg({}, "overrides of ifcore.train.sft.WarmStartConfig for the default policy")
+
+
+_AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
+_POSITIVE = (lambda v: 0 < v < math.inf, "a finite number > 0")
+_NON_NEGATIVE = (lambda v: 0 <= v < math.inf, "a finite number >= 0")
+# What each TrainConfig field admits beyond its type, checked on load: (test, what the field must be).
+LIMITS = {
+    "reward": (lambda v: v in KINDS, f"one of {', '.join(KINDS)}"),
+    "group_size": (lambda v: v >= 2, "at least 2 (GRPO's advantages compare the rollouts of a group)"),
+    "seed": (lambda v: v >= 0, "at least 0"), "threads": (lambda v: v >= 0, "at least 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "clip_eps": (lambda v: 0 < v < 1, "in (0, 1)"),
+    "token_advantages": (lambda v: v == "broadcast", "'broadcast' (the only one wired so far)"),
+    "output_dir": (lambda v: v != "", "a directory"),
+    **{k: _AT_LEAST_1 for k in ("steps", "prompts_per_step", "max_new_tokens", "ppo_epochs", "micro_batch",
+                                 "eval_every", "eval_prompts", "eval_samples", "save_every")},
+    **{k: _POSITIVE for k in ("temperature", "lr", "alpha", "max_grad_norm")},
+    **{k: _NON_NEGATIVE for k in ("weight_decay", "kl_coef")},
+}
+
+
+def _checked(cls, values: dict, limits: dict, prefix: str = "") -> dict:
+    """`values` for dataclass `cls`, each of its field's type and within `limits`; ValueError("field: reason").
+    Float fields take integers and numeric strings (YAML 1.1 reads 1e-3, without a dot, as a string)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for name, value in values.items():
+        if name not in hints:
+            close = difflib.get_close_matches(name, hints, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"known fields: {', '.join(hints)}"
+            raise ValueError(f"{prefix}{name}: unknown {cls.__name__} field ({hint})")
+        kind = hints[name]
+        if value is None and type(None) in typing.get_args(kind):
+            out[name] = None
+            continue
+        kind = typing.get_args(kind)[0] if typing.get_args(kind) else kind
+        if kind is float and isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            what = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}
+            raise ValueError(f"{prefix}{name}: expected {what[kind]}, got {value!r}")
+        test, what = limits.get(name, (None, None))
+        if test and not test(value):
+            raise ValueError(f"{prefix}{name}: must be {what}, got {value!r}")
+        out[name] = value
+    return out
 
 
 def load_config(path: str | None = None, **overrides) -> TrainConfig:
-    """Defaults, then a JSON or YAML file, then explicit overrides (the CLI flags that were given)."""
+    """Defaults, then a JSON or YAML file, then explicit overrides (the CLI flags that were given).
+
+    Every value is checked against its field's type and range: a bad one raises ValueError("field: reason"),
+    prefixed with the file when the value came from it; an unknown key names the closest known field.
+    """
+    from ifcore.train.sft import LIMITS as WARM_START_LIMITS
+    from ifcore.train.sft import WarmStartConfig
+
     values: dict = {}
     if path:
-        text = Path(path).read_text(encoding="utf-8")
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 (byte {e.start})") from None
         if path.endswith((".yaml", ".yml")):
             import yaml
 
-            values = yaml.safe_load(text) or {}
+            try:
+                values = yaml.safe_load(text) or {}
+            except yaml.YAMLError as e:
+                mark = getattr(e, "problem_mark", None)
+                where = f"{path}:{mark.line + 1}" if mark else path
+                raise ValueError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
         else:
-            values = json.loads(text)
+            try:
+                values = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
         if not isinstance(values, dict):
-            raise ValueError(f"{path}: expected a mapping of TrainConfig fields")
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    known = {f.name for f in fields(TrainConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown train config field(s) {unknown}; known fields: {sorted(known)}")
-    return TrainConfig(**values)
+            raise ValueError(f"{path}: expected a mapping of TrainConfig fields, got {type(values).__name__}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    source = {k: f"{path}: " for k in values if k not in given}
+    values.update(given)
+    checked = {}
+    for name, value in values.items():
+        try:
+            checked |= _checked(TrainConfig, {name: value}, LIMITS)
+            if name == "warm_start":
+                checked[name] = _checked(WarmStartConfig, value, WARM_START_LIMITS, "warm_start.")
+                warm = WarmStartConfig(**checked[name])
+                if warm.hidden_size % warm.heads or warm.heads % warm.kv_heads:  # Qwen3's attention shapes
+                    raise ValueError(f"warm_start: hidden_size ({warm.hidden_size}) must be a multiple of heads "
+                                     f"({warm.heads}), and heads of kv_heads ({warm.kv_heads})")
+        except ValueError as e:
+            raise ValueError(f"{source.get(name, '')}{e}") from None
+    return TrainConfig(**checked)
+
+
+def run_identity(cfg: TrainConfig, paths: dict) -> tuple[dict, str]:
+    """(identity, key): what a run's numbers depend on, and a short hash of it naming the configuration.
+
+    Every TrainConfig field but output_dir; the warm start with its defaults filled in (when the policy is the
+    default one: {} and the explicit defaults are one run); the sha256 of the data files (an edited file is
+    another run); the model's absolute path when one is given; the trainer and synth versions. Flat, so that a
+    mismatch names fields.
+    """
+    from ifcore import synth
+    from ifcore.train.sft import WarmStartConfig
+
+    identity = {k: v for k, v in asdict(cfg).items() if k not in ("output_dir", "warm_start")}
+    if cfg.model is None:
+        identity |= {f"warm_start.{k}": v for k, v in asdict(WarmStartConfig(**cfg.warm_start)).items()}
+    else:
+        identity["model"] = os.path.abspath(cfg.model)
+    for k in ("train_data", "test_data"):
+        identity[k] = "default" if getattr(cfg, k) is None else "given"
+        identity[f"{k}_sha256"] = hashlib.sha256(Path(paths[k]).read_bytes()).hexdigest()
+    identity |= {"trainer_version": TRAINER_VERSION, "synth_version": synth.SYNTH_VERSION}
+    return identity, hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def resolve_paths(cfg: TrainConfig, progress: bool = True) -> dict[str, str]:
+    """{"model", "train_data", "test_data"}: the configured ones, the cached defaults (built once) for the rest."""
+    paths = {"model": cfg.model, "train_data": cfg.train_data, "test_data": cfg.test_data}
+    if None in paths.values():
+        from ifcore.train.sft import WarmStartConfig, default_assets
+
+        defaults = default_assets(WarmStartConfig(**cfg.warm_start), progress=progress)
+        paths = {k: v if v is not None else defaults[k] for k, v in paths.items()}
+    return paths
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why checkpoint `ckpt` cannot be trusted, naming the file, or None when every file it was written with is
+    there with its recorded size and sha256."""
+    try:
+        recorded = json.loads((ckpt / "sha256.json").read_text())
+    except (OSError, ValueError):
+        return f"{ckpt / 'sha256.json'}: missing or unreadable (the checksums written with the checkpoint)"
+    for name, want in recorded.items():
+        path = ckpt / name
+        if not path.is_file():
+            return f"{path}: missing"
+        if path.stat().st_size != want["bytes"]:
+            return f"{path}: {path.stat().st_size} bytes where {want['bytes']} were written (truncated)"
+        if _sha256(path) != want["sha256"]:
+            return f"{path}: sha256 differs from the one written with it (corrupt)"
+    return None
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, clip_eps: float, kl_coef: float):
@@ -146,17 +305,18 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, device, 
 
 
 def read_rows(path: str) -> list[tuple[str, list]]:
-    """(instruction, constraints) for every {"prompt", "label"} row of a JSONL file."""
+    """(instruction, constraints) for every {"prompt", "label"} row of a JSONL file; errors name file:line."""
+    from ifcore.jsonl import JsonlError, iter_jsonl
     from ifcore.schema import parse_label
 
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                row = json.loads(line)
-                rows.append((row["prompt"], parse_label(row["label"], where=f"{path}:{n} label")))
+    with open(path, "rb") as f:
+        for n, row, problem in iter_jsonl(f, required=("prompt", "label")):
+            if problem or not isinstance(row["prompt"], str):
+                raise JsonlError(f"{path}:{n}: {problem or 'prompt: expected a string'}")
+            rows.append((row["prompt"], parse_label(row["label"], where=f"{path}:{n} label")))
     if not rows:
-        raise ValueError(f"{path}: no rows")
+        raise JsonlError(f"{path}: no rows")
     return rows
 
 
@@ -203,160 +363,194 @@ def _think_mode(cfg: TrainConfig) -> str:
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
-    """Run (or resume) GRPO as configured; returns the path of metrics.jsonl."""
+    """Run (or resume) GRPO as configured; returns the path of metrics.jsonl.
+
+    Raises ValueError when the output directory holds checkpoints of another configuration or none that
+    passes its checksums, BlockingIOError when another trainer holds the directory's lock.
+    """
     from torch.utils.tensorboard import SummaryWriter
     from tqdm import tqdm
     from transformers.utils.logging import disable_progress_bar
 
     from ifcore.advantages import group_norm, identical_pair_fraction
+    from ifcore.jsonl import iter_jsonl
     from ifcore.rewards import score_response
 
     disable_progress_bar()  # one bar, ours: not one per checkpoint load and save
+    cfg = load_config(None, **asdict(cfg))  # checked however it was built
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext())
-    if cfg.token_advantages != "broadcast":
-        raise ValueError(f"token_advantages={cfg.token_advantages!r}: only 'broadcast' is wired so far")
+    # One trainer per directory: the lock goes with the process, however it ends.
+    with open(out / "train.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise BlockingIOError(f"{out}: another trainer (pid {lock.read().strip() or '?'}) is using this run "
+                                  "directory; wait for it to end or stop it") from None
+        lock.truncate(0)
+        lock.write(str(os.getpid()))
+        lock.flush()
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext())
 
-    # ---- data and the initial policy (the default ones are built once and cached) ----
-    paths = {"model": cfg.model, "train_data": cfg.train_data, "test_data": cfg.test_data}
-    if None in paths.values():
-        from ifcore.train.sft import WarmStartConfig, default_assets
+        # ---- data and the initial policy (the default ones are built once and cached) ----
+        paths = resolve_paths(cfg, progress)
+        train_rows = read_rows(paths["train_data"])
+        test_rows = read_rows(paths["test_data"])[: cfg.eval_prompts]
 
-        defaults = default_assets(WarmStartConfig(**cfg.warm_start), progress=progress)
-        paths = {k: v if v is not None else defaults[k] for k, v in paths.items()}
-    train_rows = read_rows(paths["train_data"])
-    test_rows = read_rows(paths["test_data"])[: cfg.eval_prompts]
+        # ---- resume from the newest good checkpoint of this output directory, if it holds this configuration ----
+        identity, key = run_identity(cfg, paths)
+        checkpoints = sorted((out / "checkpoints").glob("step_*[0-9]"))  # not a step_*.tmp cut short
+        if checkpoints:
+            try:
+                there = json.loads((out / "config.json").read_text())["identity"]
+            except (OSError, ValueError, KeyError, TypeError):
+                there = {}  # none, or an older trainer's: another configuration
+            if there != identity:
+                changed = [f"{k} {there.get(k, '(unset)')!r} there, {identity.get(k, '(unset)')!r} now"
+                           for k in sorted(identity.keys() | there.keys()) if there.get(k) != identity.get(k)
+                           ] if there else ["its config.json is missing or an older trainer's"]
+                raise ValueError(f"{out} holds checkpoints of another configuration ({'; '.join(changed)}); use "
+                                 f"another --output-dir, or delete {out} to start over")
+        while checkpoints and (problem := checkpoint_problem(checkpoints[-1])):
+            if len(checkpoints) == 1:
+                raise ValueError(f"{problem}; no good checkpoint is left in {out / 'checkpoints'}: delete {out} to "
+                                 "start over")
+            warnings.warn(f"{problem}; resuming from {checkpoints[-2].name} instead (the bad one is removed)",
+                          stacklevel=2)
+            shutil.rmtree(checkpoints.pop())
+        start = int(checkpoints[-1].name.split("_")[1]) if checkpoints else 0
+        (out / "config.json").write_text(json.dumps({"key": key, "identity": identity, "paths": paths}, indent=1))
+        policy, tokenizer = load_policy(checkpoints[-1] if checkpoints else paths["model"], device)
+        reference, _ = load_policy(paths["model"], device)
+        reference.eval().requires_grad_(False)
+        opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if checkpoints:
+            opt.load_state_dict(torch.load(checkpoints[-1] / "optimizer.pt", map_location=device))
 
-    # ---- resume from the newest checkpoint of this output directory, if any ----
-    settings = {k: v for k, v in asdict(cfg).items() if k not in ("steps", "output_dir")} | paths
-    checkpoints = sorted(p for p in (out / "checkpoints").glob("step_*") if not p.name.endswith(".tmp"))
-    start = int(checkpoints[-1].name.split("_")[1]) if checkpoints else 0
-    if checkpoints:
-        saved = json.loads((out / "config.json").read_text())
-        if saved != settings:
-            changed = sorted(k for k in settings.keys() | saved.keys() if settings.get(k) != saved.get(k))
-            raise ValueError(f"{out} holds a run with other settings ({changed}); use another --output-dir "
-                             f"or delete {out / 'checkpoints'} to start over")
-    else:
-        (out / "config.json").write_text(json.dumps(settings, indent=1))
-    policy, tokenizer = load_policy(checkpoints[-1] if checkpoints else paths["model"], device)
-    reference, _ = load_policy(paths["model"], device)
-    reference.eval().requires_grad_(False)
-    opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if checkpoints:
-        opt.load_state_dict(torch.load(checkpoints[-1] / "optimizer.pt", map_location=device))
+        # A killed run may have written rows past its last checkpoint, the last one maybe cut short: keep only the
+        # complete rows that the checkpoint covers.
+        # rollouts.jsonl holds every rollout's reward per step (a notebook's reward distributions).
+        metrics_path, rollouts_path = out / "metrics.jsonl", out / "rollouts.jsonl"
+        for path in (metrics_path, rollouts_path):
+            kept = []
+            if start and path.exists():
+                with open(path, "rb") as f:
+                    kept = [row for _, row, _ in iter_jsonl(f, required=("step",))
+                            if row is not None and row["step"] <= start]
+            path.write_text("".join(json.dumps(row) + "\n" for row in kept))
+        writer = SummaryWriter(str(out), purge_step=start + 1 if start else None)
 
-    # A killed run may have written rows past its last checkpoint, the last one maybe cut short: keep only the
-    # complete rows that the checkpoint covers.
-    # rollouts.jsonl holds every rollout's reward per step (a notebook's reward distributions).
-    metrics_path, rollouts_path = out / "metrics.jsonl", out / "rollouts.jsonl"
-    for path in (metrics_path, rollouts_path):
-        kept = []
-        if start and path.exists():
-            for line in path.read_text().splitlines():
-                with contextlib.suppress(ValueError):
-                    if json.loads(line)["step"] <= start:
-                        kept.append(line)
-        path.write_text("".join(line + "\n" for line in kept))
-    writer = SummaryWriter(str(out), purge_step=start + 1 if start else None)
+        def log(row: dict) -> None:
+            with open(metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+            for k, v in row.items():
+                if k not in ("type", "step") and isinstance(v, (int, float)):
+                    writer.add_scalar(f"{row['type']}/{k}", v, row["step"])
+            writer.flush()
 
-    def log(row: dict) -> None:
-        with open(metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-        for k, v in row.items():
-            if k not in ("type", "step") and isinstance(v, (int, float)):
-                writer.add_scalar(f"{row['type']}/{k}", v, row["step"])
-        writer.flush()
+        if start == 0:
+            log(evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=0))
 
-    if start == 0:
-        log(evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=0))
+        # Set by ifcore.train.sweep: a run whose sweep is gone (a killed notebook kernel) stops at the next step.
+        sweep_pid = os.environ.get("IFCORE_SWEEP_PID")
+        B, G = cfg.prompts_per_step, cfg.group_size
+        bar = tqdm(range(start + 1, cfg.steps + 1), initial=start, total=cfg.steps, desc=f"grpo {cfg.reward}",
+                   disable=not progress, dynamic_ncols=True)
+        for step in bar:
+            if sweep_pid and os.getppid() != int(sweep_pid):
+                raise SystemExit(f"{out}: the sweep that started this run (pid {sweep_pid}) is gone; stopping "
+                                 f"before step {step} (rerun to resume)")
+            t0 = time.time()
+            # ---- the step's prompts: a fresh permutation of the training rows per epoch, seeded by (seed, epoch) ----
+            batch = []
+            for i in range((step - 1) * B, step * B):
+                epoch, j = divmod(i, len(train_rows))
+                batch.append(train_rows[np.random.default_rng([cfg.seed, epoch]).permutation(len(train_rows))[j]])
 
-    B, G = cfg.prompts_per_step, cfg.group_size
-    bar = tqdm(range(start + 1, cfg.steps + 1), initial=start, total=cfg.steps, desc=f"grpo {cfg.reward}",
-               disable=not progress, dynamic_ncols=True)
-    for step in bar:
-        t0 = time.time()
-        # ---- the step's prompts: a fresh permutation of the training rows per epoch, seeded by (seed, epoch) ----
-        batch = []
-        for i in range((step - 1) * B, step * B):
-            epoch, j = divmod(i, len(train_rows))
-            batch.append(train_rows[np.random.default_rng([cfg.seed, epoch]).permutation(len(train_rows))[j]])
+            # ---- rollouts: G samples per prompt ----
+            torch.manual_seed(cfg.seed * 1_000_003 + step)
+            policy.eval()
+            prompts = [chat_prompt(tokenizer, p, think=cfg.think) for p, _ in batch for _ in range(G)]
+            seqs, attention, n_prompt, mask, texts, truncated = generate(
+                policy, tokenizer, prompts, cfg.max_new_tokens, device, autocast, sample=True,
+                temperature=cfg.temperature, top_p=cfg.top_p)
 
-        # ---- rollouts: G samples per prompt ----
-        torch.manual_seed(cfg.seed * 1_000_003 + step)
-        policy.eval()
-        prompts = [chat_prompt(tokenizer, p, think=cfg.think) for p, _ in batch for _ in range(G)]
-        seqs, attention, n_prompt, mask, texts, truncated = generate(
-            policy, tokenizer, prompts, cfg.max_new_tokens, device, autocast, sample=True,
-            temperature=cfg.temperature, top_p=cfg.top_p)
+            # ---- rewards and group-relative advantages ----
+            scores = [score_response(texts[i], batch[i // G][1], kind=cfg.reward, alpha=cfg.alpha,
+                                     think=_think_mode(cfg), truncated=truncated[i]) for i in range(B * G)]
+            rewards = np.array([s["reward"] for s in scores], dtype=float).reshape(B, G)
+            with open(rollouts_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step, "rewards": [round(float(r), 6) for r in rewards.reshape(-1)]})
+                        + "\n")
+            advantages = torch.tensor(group_norm(rewards).reshape(-1), dtype=torch.float32, device=device)
+            token_advantages = advantages[:, None].expand_as(mask)  # [B*G, T]; RTT replaces this later
 
-        # ---- rewards and group-relative advantages ----
-        scores = [score_response(texts[i], batch[i // G][1], kind=cfg.reward, alpha=cfg.alpha,
-                                 think=_think_mode(cfg), truncated=truncated[i]) for i in range(B * G)]
-        rewards = np.array([s["reward"] for s in scores], dtype=float).reshape(B, G)
-        with open(rollouts_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, "rewards": [round(float(r), 6) for r in rewards.reshape(-1)]}) + "\n")
-        advantages = torch.tensor(group_norm(rewards).reshape(-1), dtype=torch.float32, device=device)
-        token_advantages = advantages[:, None].expand_as(mask)  # [B*G, T]; RTT replaces this later
+            # ---- the policy update: ppo_epochs optimizer steps, micro-batched ----
+            with torch.no_grad(), autocast:
+                ref_logp = torch.cat([response_logprobs(reference, seqs[i:i + cfg.micro_batch],
+                                                        attention[i:i + cfg.micro_batch], n_prompt)[0]
+                                      for i in range(0, B * G, cfg.micro_batch)])
+            policy.train()
+            old_logp = torch.empty_like(ref_logp)
+            entropy = torch.empty_like(ref_logp)
+            for epoch in range(cfg.ppo_epochs):
+                opt.zero_grad(set_to_none=True)
+                loss_sum = clip_sum = 0.0
+                for i in range(0, B * G, cfg.micro_batch):
+                    mb = slice(i, i + cfg.micro_batch)
+                    with autocast:
+                        logp, ent = response_logprobs(policy, seqs[mb], attention[mb], n_prompt,
+                                                      with_entropy=epoch == 0)
+                    if epoch == 0:  # the rollout policy's log-probs are the first pass's, taken before any update
+                        old_logp[mb], entropy[mb] = logp.detach(), ent.detach()
+                    loss, _, clip = grpo_loss(logp, old_logp[mb], ref_logp[mb], token_advantages[mb], mask[mb],
+                                              cfg.clip_eps, cfg.kl_coef)
+                    share = seqs[mb].shape[0] / (B * G)
+                    (loss * share).backward()
+                    loss_sum += loss.item() * share
+                    clip_sum += clip.item() * share
+                grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm).item()
+                opt.step()
 
-        # ---- the policy update: ppo_epochs optimizer steps, micro-batched ----
-        with torch.no_grad(), autocast:
-            ref_logp = torch.cat([response_logprobs(reference, seqs[i:i + cfg.micro_batch],
-                                                    attention[i:i + cfg.micro_batch], n_prompt)[0]
-                                  for i in range(0, B * G, cfg.micro_batch)])
-        policy.train()
-        old_logp = torch.empty_like(ref_logp)
-        entropy = torch.empty_like(ref_logp)
-        for epoch in range(cfg.ppo_epochs):
-            opt.zero_grad(set_to_none=True)
-            loss_sum = clip_sum = 0.0
-            for i in range(0, B * G, cfg.micro_batch):
-                mb = slice(i, i + cfg.micro_batch)
-                with autocast:
-                    logp, ent = response_logprobs(policy, seqs[mb], attention[mb], n_prompt, with_entropy=epoch == 0)
-                if epoch == 0:  # the rollout policy's log-probs are the first pass's, taken before any update
-                    old_logp[mb], entropy[mb] = logp.detach(), ent.detach()
-                loss, _, clip = grpo_loss(logp, old_logp[mb], ref_logp[mb], token_advantages[mb], mask[mb],
-                                          cfg.clip_eps, cfg.kl_coef)
-                share = seqs[mb].shape[0] / (B * G)
-                (loss * share).backward()
-                loss_sum += loss.item() * share
-                clip_sum += clip.item() * share
-            grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm).item()
-            opt.step()
-
-        m = mask.float()
-        kl = (torch.exp(ref_logp - old_logp) - (ref_logp - old_logp) - 1) * m  # k3 of the rollout policy
-        row = {
-            "type": "train", "step": step,
-            "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
-            "identical_pair_fraction": float(identical_pair_fraction(rewards).mean()),
-            "kl": float(kl.sum() / m.sum()), "entropy": float((entropy * m).sum() / m.sum()),
-            "response_len": float(m.sum(-1).mean()),
-            "truncated_fraction": float(np.mean(truncated)),
-            "format_ok": float(np.mean([s["format_ok"] for s in scores])),
-            "csr": float(np.mean([np.mean(s["satisfied"]) if s["satisfied"] else 1.0 for s in scores])),
-            "loss": loss_sum, "clip_fraction": clip_sum, "grad_norm": grad_norm,
-            "step_seconds": round(time.time() - t0, 3),
-        }
-        log(row)
-        bar.set_postfix(reward=f"{row['reward_mean']:.3f}", csr=f"{row['csr']:.3f}")
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            ev = evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=step)
-            log(ev)
-            if progress:
-                bar.write(f"step {step}: eval isr {ev['eval_isr']:.3f} csr {ev['eval_csr']:.3f}")
-        if step % cfg.save_every == 0 or step == cfg.steps:
-            # Written beside, then renamed: a kill mid-save never leaves a checkpoint that looks complete.
-            ckpt = out / "checkpoints" / f"step_{step:06d}"
-            tmp = ckpt.with_name(ckpt.name + ".tmp")
-            policy.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            torch.save(opt.state_dict(), tmp / "optimizer.pt")
-            os.replace(tmp, ckpt)
-    writer.close()
+            m = mask.float()
+            kl = (torch.exp(ref_logp - old_logp) - (ref_logp - old_logp) - 1) * m  # k3 of the rollout policy
+            row = {
+                "type": "train", "step": step,
+                "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+                "identical_pair_fraction": float(identical_pair_fraction(rewards).mean()),
+                "kl": float(kl.sum() / m.sum()), "entropy": float((entropy * m).sum() / m.sum()),
+                "response_len": float(m.sum(-1).mean()),
+                "truncated_fraction": float(np.mean(truncated)),
+                "format_ok": float(np.mean([s["format_ok"] for s in scores])),
+                "csr": float(np.mean([np.mean(s["satisfied"]) if s["satisfied"] else 1.0 for s in scores])),
+                "loss": loss_sum, "clip_fraction": clip_sum, "grad_norm": grad_norm,
+                "step_seconds": round(time.time() - t0, 3),
+            }
+            log(row)
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", csr=f"{row['csr']:.3f}")
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                ev = evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=step)
+                log(ev)
+                if progress:
+                    bar.write(f"step {step}: eval isr {ev['eval_isr']:.3f} csr {ev['eval_csr']:.3f}")
+            if step % cfg.save_every == 0 or step == cfg.steps:
+                # Written beside with the sha256 of every file, then renamed: a kill mid-save never leaves a
+                # checkpoint that looks complete, and a file changed afterwards no longer matches its sum.
+                ckpt = out / "checkpoints" / f"step_{step:06d}"
+                tmp = ckpt.with_name(ckpt.name + ".tmp")
+                shutil.rmtree(tmp, ignore_errors=True)
+                policy.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+                torch.save(opt.state_dict(), tmp / "optimizer.pt")
+                sums = {str(f.relative_to(tmp)): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+                        for f in sorted(tmp.rglob("*")) if f.is_file()}
+                (tmp / "sha256.json").write_text(json.dumps(sums, indent=1))
+                os.replace(tmp, ckpt)
+                for old in sorted((out / "checkpoints").glob("step_*[0-9]"))[:-2]:  # keep the last two
+                    shutil.rmtree(old)
+        writer.close()
     return metrics_path

@@ -44,8 +44,18 @@ class WarmStartConfig:
     test_rows: int = 256
 
 
+# What each WarmStartConfig field admits, checked when a TrainConfig is loaded (grpo.load_config): (test, what).
+LIMITS = {name: (lambda v: v >= 1, "at least 1") for name in
+          ("vocab_size", "hidden_size", "layers", "heads", "kv_heads", "intermediate_size", "max_positions", "pairs",
+           "steps", "batch_size", "train_rows", "test_rows")}
+LIMITS["seed"] = (lambda v: v >= 0, "at least 0")
+LIMITS["lr"] = (lambda v: 0 < v < math.inf, "a finite number > 0")
+
+
 def warm_start(pairs: list[dict], cfg: WarmStartConfig, out_dir, progress: bool = True) -> Path:
     """Tokenizer + Qwen3 + SFT on `pairs` ({"prompt", "response"}); saves a from_pretrained directory."""
+    from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
+    from transformers import get_cosine_with_min_lr_schedule_with_warmup
     from transformers.utils.logging import disable_progress_bar
 
     disable_progress_bar()
@@ -63,15 +73,16 @@ def warm_start(pairs: list[dict], cfg: WarmStartConfig, out_dir, progress: bool 
         examples.append((ids, len(prompt)))
 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
-    warmup = max(1, cfg.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, cosine decay to a tenth
-        opt, lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, s / cfg.steps)))))
+    # Linear warm-up over the first 5% of the steps, then cosine decay to a tenth of the peak.
+    sched = get_cosine_with_min_lr_schedule_with_warmup(opt, num_warmup_steps=max(1, cfg.steps // 20),
+                                                        num_training_steps=cfg.steps, min_lr_rate=0.1)
     rng = random.Random(cfg.seed)
     order: list[int] = []
     log = []
     model.train()
     t0 = time.time()
-    for step in range(1, cfg.steps + 1):
+    bar = tqdm(range(1, cfg.steps + 1), desc="warm start", disable=not progress, dynamic_ncols=True)
+    for step in bar:
         if len(order) < cfg.batch_size:
             order += rng.sample(range(len(examples)), len(examples))
         batch = [examples[i] for i in order[: cfg.batch_size]]
@@ -92,9 +103,8 @@ def warm_start(pairs: list[dict], cfg: WarmStartConfig, out_dir, progress: bool 
         sched.step()
         if step % 50 == 0 or step == cfg.steps:
             log.append({"step": step, "loss": round(loss.item(), 4), "seconds": round(time.time() - t0, 1)})
-            if progress:
-                print(f"warm start: step {step}/{cfg.steps} loss {loss.item():.3f} ({time.time() - t0:.0f}s)",
-                      flush=True)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    bar.close()
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
@@ -110,13 +120,15 @@ def cache_dir() -> Path:
 def default_assets(cfg: WarmStartConfig, progress: bool = True) -> dict[str, str]:
     """{"model", "train_data", "test_data"}: the cached default dataset and warm-started policy, built on first use.
 
-    The cache key hashes the warm-start config and the synth version, so changing either builds a new entry
-    beside the old one. The build goes to a temporary folder renamed into place at the end: a killed build
-    leaves no half entry, and two processes racing keep the first finished one.
+    The cache key hashes the warm-start config, the synth version and the trainer version, so changing any of
+    them builds a new entry beside the old one. The build goes to a temporary folder renamed into place at the
+    end: a killed build leaves no half entry, and two processes racing keep the first finished one.
     """
     from ifcore import synth
+    from ifcore.jsonl import read_jsonl
+    from ifcore.train import TRAINER_VERSION
 
-    spec = {"warm_start": asdict(cfg), "synth": getattr(synth, "SYNTH_VERSION", 0)}
+    spec = {"warm_start": asdict(cfg), "synth": synth.SYNTH_VERSION, "trainer": TRAINER_VERSION}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     root = cache_dir() / f"default-{key}"
     paths = {"model": str(root / "policy"), "train_data": str(root / "train.jsonl"),
@@ -130,7 +142,7 @@ def default_assets(cfg: WarmStartConfig, progress: bool = True) -> dict[str, str
         print(f"building the default dataset and warm-started policy in {root} (once)", flush=True)
     synth.write_dataset(tmp, n_train=cfg.train_rows, n_test=cfg.test_rows, seed=cfg.seed)
     # Held-out means held out of the warm start too: no behaviour-cloning pair repeats a test prompt.
-    test_prompts = {json.loads(line)["prompt"] for line in (tmp / "test.jsonl").read_text().splitlines()}
+    test_prompts = {row["prompt"] for row in read_jsonl(tmp / "test.jsonl", required=("prompt",))}
     pairs = [p for p in synth.sft_pairs(cfg.pairs, seed=cfg.seed + 1) if p["prompt"] not in test_prompts]
     warm_start(pairs, cfg, tmp / "policy", progress=progress)
     (tmp / "spec.json").write_text(json.dumps(spec, indent=1))

@@ -1,92 +1,196 @@
 """Several reward arms x seeds of `ifcore train`, run side by side: what a paper-stage notebook executes.
 
-Each run is its own `ifcore train` process with one torch thread, `workers` at a time, logging to its folder;
-a finished run is kept and an interrupted one resumes from its last checkpoint, so re-executing a notebook
-only trains what is missing.
+Each run is its own `ifcore train --config RUN/run_config.json` process (one torch thread unless `config` sets
+`threads`), `workers` at a time, logging to RUN/train.log. A run's folder is named by its configuration,
+`<arm>-seed<N>-<key>`, the key a hash of grpo.run_identity (every TrainConfig field, the warm start with its
+defaults, the data files' sha256, the trainer version). So a finished run of the same configuration is reused,
+an interrupted one resumes from its last checkpoint, and a run whose steps, learning rate, model size or data
+changed trains in a new folder beside the old ones, whose rows are never shown.
+
+Children run in their own process groups. Interrupting the sweep (KeyboardInterrupt: the notebook's stop
+button) or any error in it stops them all (SIGTERM, then SIGKILL after GRACE_SECONDS); a child whose sweep was
+killed outright (a restarted kernel) stops at its next step. A failed run does not stop the others: the sweep
+finishes them, then raises with each failed run's log tail.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
+from ifcore.jsonl import iter_jsonl, read_jsonl
+
 BACKENDS = ("local",)
+GRACE_SECONDS = 10  # between SIGTERM and SIGKILL when a sweep stops its children
+PER_RUN = ("reward", "seed", "steps", "output_dir")  # set by run_arms' arguments, not by `config`
 
 
-def run_dir(runs_dir, arm: str, seed: int) -> Path:
-    return Path(runs_dir) / f"{arm}-seed{seed}"
-
-
-def finished(path: Path, steps: int) -> bool:
-    metrics = path / "metrics.jsonl"
-    if not metrics.exists():
+def finished(path: Path, key: str, steps: int) -> bool:
+    """The run in `path` is of configuration `key` and saved its last checkpoint (written after its last row)."""
+    try:
+        saved = json.loads((path / "config.json").read_text())["key"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return any(r["type"] == "eval" and r["step"] == steps for r in rows)
+    return saved == key and (path / "checkpoints" / f"step_{steps:06d}").is_dir()
+
+
+def _steps_done(path: Path) -> int:
+    """The last train step in a run's metrics.jsonl, read while the run writes it (a cut last line is skipped)."""
+    try:
+        with open(path / "metrics.jsonl", "rb") as f:
+            return max((row["step"] for _, row, _ in iter_jsonl(f) if row and row.get("type") == "train"),
+                       default=0)
+    except FileNotFoundError:
+        return 0
 
 
 def run_arms(arms: list[str], seeds: list[int], steps: int, runs_dir, config: dict | None = None,
-             workers: int = 2, backend: str = "local", progress: bool = True) -> list[Path]:
-    """Train every (arm, seed); returns the run folders in (arm, seed) order.
+             workers: int = 2, backend: str = "local", progress: bool = True):
+    """Train every (arm, seed) whose run is not finished; returns a DataFrame, one row per run in (arm, seed) order.
 
-    `config` holds TrainConfig fields shared by all runs (model size, G, learning rate, ...). The default
-    dataset and warm-started policy are built first, in this process, so that the workers never race to build
-    them."""
+    Columns: arm, seed, status ("reused": finished earlier with this configuration, nothing trained; "resumed":
+    continued from its last checkpoint, step `from_step`; "trained": from scratch), from_step, path (the run
+    folder, for load_metrics / load_rollouts), key (the configuration hash in the folder name). A summary of
+    what was reused, resumed and trained is printed before training starts.
+
+    `config` holds TrainConfig fields shared by all runs (model size as `warm_start`, group size, learning rate,
+    ...); everything is validated before any run starts. The default dataset and warm-started policy are built
+    first, in this process, so that the workers never race to build them. `progress`: one bar over every run's
+    steps (a text bar, redrawn in JupyterLab and kept by papermill) and a line per finished run.
+    """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: this workspace trains with {BACKENDS} so far "
                          "(the OpenRLHF cluster backend is on the road map, not built)")
-    from ifcore.train.grpo import load_config
-    from ifcore.train.sft import WarmStartConfig, default_assets
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"workers: must be an integer >= 1, got {workers!r}")
+    import pandas as pd
+    from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
+
+    from ifcore.train.grpo import load_config, resolve_paths, run_identity
 
     config = dict(config or {})
-    base = load_config(None, **config)  # validates the field names before anything starts
-    if None in (base.model, base.train_data, base.test_data):
-        default_assets(WarmStartConfig(**base.warm_start), progress=progress)
-    runs_dir = Path(runs_dir)
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    pending = []
-    for arm in arms:
-        for seed in seeds:
-            path = run_dir(runs_dir, arm, seed)
-            if not finished(path, steps):
-                path.mkdir(parents=True, exist_ok=True)
-                (path / "sweep_config.json").write_text(json.dumps({**config, "threads": 1}, indent=1))
-                pending.append((arm, seed, path))
-    running: list[tuple[subprocess.Popen, Path, object]] = []
+    if given := [k for k in PER_RUN if k in config]:
+        raise ValueError(f"config: {', '.join(given)} is set per run by run_arms' arms, seeds, steps and runs_dir")
+    runs_dir = Path(runs_dir).resolve()
+    base = asdict(load_config(None, **{"threads": 1, **config}, steps=steps))
+    cfgs = [load_config(None, **{**base, "reward": arm, "seed": seed}) for arm in dict.fromkeys(arms)
+            for seed in dict.fromkeys(seeds)]  # every value checked before anything is built or trained
+    paths = resolve_paths(cfgs[0], progress=progress) if cfgs else {}
+    runs = []
+    for cfg in cfgs:
+        key = run_identity(cfg, paths)[1]
+        cfg.output_dir = str(runs_dir / f"{cfg.reward}-seed{cfg.seed}-{key}")
+        path = Path(cfg.output_dir)
+        checkpoints = sorted((path / "checkpoints").glob("step_*[0-9]"))
+        status = "reused" if finished(path, key, steps) else "resumed" if checkpoints else "trained"
+        from_step = steps if status == "reused" else int(checkpoints[-1].name[5:]) if checkpoints else 0
+        runs.append({"arm": cfg.reward, "seed": cfg.seed, "status": status, "from_step": from_step, "path": path,
+                     "key": key, "cfg": cfg, "done": from_step})
+
+    counts = Counter(r["status"] for r in runs)
+    print(f"{runs_dir}: {len(runs)} runs of {steps} steps; reused (finished earlier with this configuration): "
+          f"{counts['reused']}, to resume: {counts['resumed']}, to train from scratch: {counts['trained']}", flush=True)
+    for r in runs:
+        if r["status"] == "resumed":
+            print(f"  {r['path'].name} resumes from step {r['from_step']}", flush=True)
+    others = [p for p in runs_dir.glob("*-seed*") if p not in {r["path"] for r in runs}]
+    if others:
+        print(f"  ({len(others)} other run folders in {runs_dir} hold other configurations; not used)", flush=True)
+
+    pending = [r for r in runs if r["status"] != "reused"]
+    running: list[tuple[subprocess.Popen, dict, object]] = []
     failed = []
+    env = {**os.environ, "IFCORE_SWEEP_PID": str(os.getpid())}  # children stop when this process is gone
+    bar = tqdm(total=len(runs) * steps, initial=sum(r["done"] for r in runs), desc="sweep", unit="step",
+               disable=not progress, dynamic_ncols=True)
     t0 = time.time()
-    while pending or running:
-        while pending and len(running) < workers:
-            arm, seed, path = pending.pop(0)
-            log = open(path / "train.log", "a")
-            cmd = [sys.executable, "-m", "ifcore", "train", "--reward", arm, "--seed", str(seed), "--steps",
-                   str(steps), "--output-dir", str(path), "--config", str(path / "sweep_config.json")]
-            running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), path, log))
-        time.sleep(0.5)
-        for job in [j for j in running if j[0].poll() is not None]:
-            proc, path, log = job
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                run = pending.pop(0)
+                run["path"].mkdir(parents=True, exist_ok=True)
+                (run["path"] / "run_config.json").write_text(json.dumps(asdict(run["cfg"]), indent=1))
+                cmd = [sys.executable, "-m", "ifcore", "train", "--config", str(run["path"] / "run_config.json")]
+                log = open(run["path"] / "train.log", "a")
+                log.write(f"$ {' '.join(cmd)}\n")
+                log.flush()
+                running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                 start_new_session=True), run, log))
+            time.sleep(0.5)
+            for job in [j for j in running if j[0].poll() is not None]:
+                proc, run, log = job
+                log.close()
+                running.remove(job)
+                if proc.returncode == 0 and finished(run["path"], run["key"], steps):
+                    run["done"] = steps
+                    if progress:
+                        bar.write(f"{run['path'].name}: done ({time.time() - t0:.0f}s since the sweep started)")
+                else:
+                    lines = [x for x in (run["path"] / "train.log").read_text(errors="replace").splitlines()
+                             if x.strip()]  # splitlines also splits a progress bar's \r updates
+                    failed.append(f"{run['path']} (exit status {proc.returncode}); the end of its train.log:\n"
+                                  + "\n".join("    " + x for x in lines[-20:]))
+            for _, run, _ in running:
+                run["done"] = _steps_done(run["path"])
+            bar.update(sum(r["done"] for r in runs) - bar.n)
+    finally:
+        bar.close()
+        for proc, _, _ in running:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        for proc, _, log in running:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             log.close()
-            running.remove(job)
-            if proc.returncode != 0:
-                failed.append(path)
-            elif progress:
-                print(f"{path.name}: done ({time.time() - t0:.0f}s since the sweep started)", flush=True)
+        if running:
+            print(f"sweep stopped: {len(running)} unfinished runs ended ("
+                  f"{', '.join(r['path'].name for _, r, _ in running)}); rerun to resume them", flush=True)
     if failed:
-        raise RuntimeError("training failed in " + ", ".join(f"{p} (see {p / 'train.log'})" for p in failed))
-    return [run_dir(runs_dir, arm, seed) for arm in arms for seed in seeds]
+        raise RuntimeError(f"training failed in {len(failed)} of {len(runs)} runs (the others finished):\n"
+                           + "\n".join(failed))
+    # In text, for the record: under papermill the saved notebook keeps only the bar widget's first frame.
+    print(f"{runs_dir}: {len(runs)} runs of {steps} steps done in {time.time() - t0:.0f}s; reused: "
+          f"{counts['reused']}, resumed: {counts['resumed']}, trained from scratch: {counts['trained']}", flush=True)
+    return pd.DataFrame([{k: r[k] for k in ("arm", "seed", "status", "from_step", "path", "key")} for r in runs])
 
 
-def load_metrics(paths: list[Path]):
-    """All rows of the runs' metrics.jsonl as one DataFrame, with `arm` and `seed` columns."""
+def _arm_seed(path: Path) -> tuple[str, int]:
+    identity = json.loads((path / "config.json").read_text())["identity"]
+    return identity["reward"], identity["seed"]
+
+
+def load_metrics(paths):
+    """All rows of the runs' metrics.jsonl as one DataFrame, with `arm` and `seed` columns (from each run's
+    config.json). `paths`: run folders, e.g. run_arms(...)["path"]."""
     import pandas as pd
 
     frames = []
-    for path in paths:
-        arm, seed = path.name.rsplit("-seed", 1)
-        rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        frame = pd.DataFrame(rows)
-        frame["arm"], frame["seed"] = arm, int(seed)
+    for path in map(Path, paths):
+        frame = pd.DataFrame(read_jsonl(path / "metrics.jsonl"))
+        frame["arm"], frame["seed"] = _arm_seed(path)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
+
+
+def load_rollouts(paths):
+    """Every rollout's reward of the runs (their rollouts.jsonl) as one long DataFrame: arm, seed, step, reward."""
+    import pandas as pd
+
+    rows = []
+    for path in map(Path, paths):
+        arm, seed = _arm_seed(path)
+        rows += [(arm, seed, r["step"], x) for r in read_jsonl(path / "rollouts.jsonl") for x in r["rewards"]]
+    return pd.DataFrame(rows, columns=["arm", "seed", "step", "reward"])
