@@ -1,10 +1,16 @@
-"""Notebooks: sources carry no outputs, and each executes headless under papermill in a small configuration."""
+"""Notebooks: sources carry no outputs, parameters are typed and explained, and each executes headless under
+papermill (without --cwd) from the repository root and from notebooks/ in a small configuration."""
+import ast
 import json
+import re
+from importlib import resources
 from pathlib import Path
 
 import nbformat
 import papermill
 import pytest
+
+from ifcore.paths import repo_path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -19,6 +25,9 @@ SMALL = {
     "03_scopeif_graded_reward.ipynb": {"rewards": ["ila", "scopeif"], "seeds": [0, 1], "steps": 3,
                                        "model_size": TINY_POLICY, "train_config": TINY_RUN},
 }
+FIGURES = {"00_constraint_schema.ipynb": ["00_graded_reward_curves", "00_scopeif_test_coverage"],
+           "03_scopeif_graded_reward.ipynb": ["03_csr_per_scope", "03_heldout_isr_csr", "03_identical_pair_fraction",
+                                              "03_reward_distributions"]}
 
 
 def test_source_notebooks_have_no_outputs():
@@ -30,30 +39,90 @@ def test_source_notebooks_have_no_outputs():
                 assert not cell.get("outputs") and cell.get("execution_count") is None, path.name
 
 
-def test_make_reproduce_executes_every_notebook():
+def test_make_reproduce_executes_every_notebook_without_cwd():
     makefile = (ROOT / "Makefile").read_text()
     for path in NOTEBOOKS:
         assert f"notebooks/{path.name} papermill_runs/{path.name}" in makefile, path.name
+    papermill = [line for line in makefile.splitlines() if "bin/papermill" in line]
+    assert papermill and not any("--cwd" in line for line in papermill), papermill
 
 
-def test_every_notebook_is_parameterized():
+def test_every_parameter_has_a_type_and_a_comment():
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
-        assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells), path.name
+        cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(cells) == 1, f"{path.name} needs one cell tagged parameters"
         assert path.name in SMALL, f"{path.name} needs a small test configuration"
+        assert path.name in FIGURES, f"{path.name}: list the figures it writes in FIGURES"
+        assigned = [node for node in ast.parse(cells[0].source).body if isinstance(node, (ast.Assign, ast.AnnAssign))]
+        assert all(isinstance(node, ast.AnnAssign) for node in assigned), f"{path.name}: a parameter lacks a type"
+        shown = papermill.inspect_notebook(str(path))  # what `papermill --help-notebook` prints
+        assert list(shown) == [node.target.id for node in assigned], f"{path.name}: papermill misses a parameter"
+        for name, p in shown.items():
+            assert p["inferred_type_name"] != "None" and p["help"], f"{path.name}: {name} {p}"
+
+
+def test_defaults_are_found_from_the_package_whatever_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert repo_path(None, "figures") == ROOT / "figures"
+    assert repo_path(None, "runs/03_scopeif_graded_reward") == ROOT / "runs" / "03_scopeif_graded_reward"
+    assert repo_path("elsewhere", "figures") == Path("elsewhere")  # an explicit path is the caller's
+    # Notebook 00 reads the package's copy of the formalizations: the same file the tests read.
+    shipped = resources.files("ifcore") / "data" / "scopeif_test" / "formalized.jsonl"
+    assert shipped.read_bytes() == (ROOT / "tests" / "data" / "scopeif_formalized.jsonl").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One cache (the tiny warm start) and one runs folder for all executions: the second run of notebook 03
+    finds the first one's runs."""
+    return tmp_path_factory.mktemp("notebooks")
+
+
+def execute(path: Path, cwd: Path, shared: Path, tmp_path: Path, monkeypatch, **params) -> tuple[str, str]:
+    """Run the notebook as `papermill` run in `cwd` would (no --cwd); returns the text it printed (stdout and
+    stderr) and the text of what it displayed (tables and other results)."""
+    params = {**params, "figures_dir": str(tmp_path / "figures")}
+    if "runs_dir" in papermill.inspect_notebook(str(path)):
+        params["runs_dir"] = str(shared / "runs")
+    monkeypatch.setenv("IFCORE_CACHE", str(shared / "cache"))  # the kernel inherits it
+    monkeypatch.chdir(cwd)
+    out = tmp_path / path.name
+    papermill.execute_notebook(str(path), str(out), parameters=params, kernel_name="python3", progress_bar=False)
+    nb = nbformat.read(out, as_version=4)
+    outputs = [o for c in nb.cells for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert sorted(p.stem for p in (tmp_path / "figures").glob("*.png")) == FIGURES[path.name]
+    return ("\n".join(o.get("text", "") for o in outputs),
+            "\n".join(o.get("data", {}).get("text/plain", "") for o in outputs))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes_without_error(path, tmp_path, monkeypatch):
-    params = {**SMALL[path.name], "figures_dir": str(tmp_path / "figures"), "runs_dir": str(tmp_path / "runs")}
-    if "runs_dir" not in papermill.inspect_notebook(str(path)):
-        del params["runs_dir"]
-    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))  # the kernel inherits it
-    out = tmp_path / path.name
-    papermill.execute_notebook(str(path), str(out), parameters=params, cwd=str(ROOT / "notebooks"),
-                               kernel_name="python3", progress_bar=False)
-    nb = nbformat.read(out, as_version=4)
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors
-    assert list((tmp_path / "figures").glob("*.png")), "the notebook wrote no figure"
+def test_notebook_executes_from_the_repository_root(path, shared, tmp_path, monkeypatch):
+    printed, shown = execute(path, ROOT, shared, tmp_path, monkeypatch, **SMALL[path.name])
+    if path.name.startswith("03"):
+        assert "2 seeds (0, 1): intervals are 95% Student-t intervals over seeds" in printed
+        assert "paired over 2 seeds" in printed and "no spread" not in printed
+        assert "RL-ILA" in shown and "ScopeIF" in shown and "scopeif" not in shown  # one naming of arms
+        assert re.search(r"CSR step 0 +CSR end .*\narm +seed\b", shown)  # the per-seed table
+
+
+@pytest.mark.slow
+def test_notebook_00_executes_from_the_notebooks_folder(shared, tmp_path, monkeypatch):
+    path = ROOT / "notebooks" / "00_constraint_schema.ipynb"
+    printed, _ = execute(path, ROOT / "notebooks", shared, tmp_path, monkeypatch, **SMALL[path.name])
+    assert "407 constraints of 80 instructions" in printed  # the shipped formalizations, found from notebooks/
+
+
+@pytest.mark.slow
+def test_notebook_03_with_one_seed_says_that_no_spread_can_be_estimated(shared, tmp_path, monkeypatch):
+    # From notebooks/, with seeds [0]: the runs of seed 0 are reused when the execution from the root ran first.
+    path = ROOT / "notebooks" / "03_scopeif_graded_reward.ipynb"
+    reusable = list((shared / "runs").glob("*-seed0-*"))
+    printed, shown = execute(path, ROOT / "notebooks", shared, tmp_path, monkeypatch,
+                             **{**SMALL[path.name], "seeds": [0]})
+    assert "Only 1 seed (0): no spread over seeds can be estimated" in printed
+    assert "(1 seed)" in shown and "twice the seed spread" not in printed
+    assert not any(line.endswith(("positive.", "negative.")) for line in printed.splitlines())
+    assert ("reused" if reusable else "trained") in shown  # the table of what happened to each run

@@ -1,0 +1,181 @@
+"""ifcore.viz for notebook 03: figures a reviewer can read and conclusions that say when the seeds cannot decide.
+
+The data are made-up sweep metrics in the schema of ifcore.train (load_metrics' rows), so nothing trains here.
+"""
+import json
+
+import matplotlib
+import pandas as pd
+import pytest
+
+from ifcore import stats, viz
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ARMS = ["ila", "scopeif_flat"]
+END_CSR = {("ila", 0): 0.60, ("ila", 1): 0.66, ("ila", 2): 0.70,
+           ("scopeif_flat", 0): 0.62, ("scopeif_flat", 1): 0.65, ("scopeif_flat", 2): 0.68}
+
+
+def sweep(seeds=(0, 1, 2)) -> pd.DataFrame:
+    rows = []
+    for arm in ARMS:
+        for seed in seeds:
+            for step in (0, 2, 4):
+                csr = 0.55 + (END_CSR[arm, seed] - 0.55) * step / 4
+                rows.append({"type": "eval", "step": step, "arm": arm, "seed": seed, "eval_csr": csr,
+                             "eval_isr": csr / 2, "eval_csr_global": csr, "eval_csr_nested": None})
+                rows.append({"type": "train", "step": step + 1, "arm": arm, "seed": seed,
+                             "identical_pair_fraction": (0.8 if arm == "ila" else 0.5) + 0.01 * seed + 0.001 * step})
+    return pd.DataFrame(rows)
+
+
+def legend_texts(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def all_text(ax) -> str:
+    legend = ax.get_legend()
+    return " ".join([ax.get_xlabel(), ax.get_ylabel(), ax.get_title(), legend.get_title().get_text()]
+                    + legend_texts(ax) + [t.get_text() for t in ax.get_xticklabels()])
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize("band, caption", [("range", "lowest to highest seed"), ("ci", "95% t-interval")])
+def test_curves_name_the_arms_count_seeds_and_say_what_the_band_is(band, caption):
+    fig, ax = plt.subplots()
+    viz.curves(ax, sweep(), "eval_csr", arms=ARMS, band=band)
+    assert legend_texts(ax) == ["RL-ILA (3 seeds)", "ScopeIF wo HRA (3 seeds)"]
+    assert caption in ax.get_legend().get_title().get_text()
+    assert ax.get_xlabel() == "training step" and ax.get_ylabel()
+    assert "scopeif_flat" not in all_text(ax) and "n=" not in all_text(ax)
+
+
+def test_the_ci_band_is_the_t_interval_of_the_seeds():
+    fig, ax = plt.subplots()
+    viz.curves(ax, sweep(), "eval_csr", arms=["ila"], band="ci")
+    _, lo, hi, _ = stats.mean_ci([END_CSR["ila", s] for s in range(3)])
+    ys = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(lo) and max(ys) == pytest.approx(hi)
+
+
+def test_one_seed_is_named_in_the_singular():
+    fig, ax = plt.subplots()
+    viz.curves(ax, sweep(seeds=(0,)), "eval_csr", arms=ARMS)
+    assert legend_texts(ax) == ["RL-ILA (1 seed)", "ScopeIF wo HRA (1 seed)"]
+
+
+def test_final_bars_show_the_constraints_behind_each_bar_and_the_interval():
+    fig, ax = plt.subplots()
+    viz.final_bars(ax, sweep(), ["eval_csr_global", "eval_csr_nested"], arms=ARMS, labels=["Global", "Nested"],
+                   counts=[120, 7])
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["Global\n(120 constraints)", "Nested\n(7 constraints)"]
+    assert legend_texts(ax) == ["RL-ILA (3 seeds)", "ScopeIF wo HRA (3 seeds)"]
+    assert "whiskers: 95% t-interval" in ax.get_legend().get_title().get_text()
+    whisker = ax.containers[1].lines[2][0].get_segments()[0]  # RL-ILA's Global whisker
+    _, lo, hi, _ = stats.mean_ci([END_CSR["ila", s] for s in range(3)])
+    assert [y for _, y in whisker] == pytest.approx([lo, hi])
+
+
+def test_reward_distributions_are_ecdfs_that_count_seeds_and_rollouts():
+    rollouts = pd.DataFrame({"arm": ["ila"] * 4 + ["scopeif_flat"] * 6, "seed": [0, 0, 1, 1] + [0] * 6,
+                             "reward": [0, 1, 1, 0, 0.2, 0.4, 0.5, 0.6, 0.9, 1.0]})
+    fig, ax = plt.subplots()
+    viz.distributions(ax, rollouts, arms=ARMS)
+    assert legend_texts(ax) == ["RL-ILA (2 seeds, 4 rollouts)", "ScopeIF wo HRA (1 seed, 6 rollouts)"]
+    assert ax.get_xlabel() == "reward" and "fraction of rollouts" in ax.get_ylabel()
+    ecdf = ax.get_lines()[1].get_ydata()
+    assert max(ecdf) == 1 and sorted(ecdf) == list(ecdf)  # a cumulative curve, not a histogram
+
+
+def test_tables_per_seed_and_with_intervals():
+    df = sweep()
+    end = viz.by_seed(viz.last_eval(df), "eval_csr", ARMS)
+    pairs = viz.by_seed(df[df["type"] == "train"], "identical_pair_fraction", ARMS)
+    assert end.loc[1, "ila"] == pytest.approx(0.66)
+    assert pairs.loc[2, "ila"] == pytest.approx(0.82 + 0.002)  # the mean over its training steps (0, 2, 4)
+    per_seed = viz.seed_table({"CSR end": end, "identical pairs": pairs})
+    assert list(per_seed.index) == [(a, s) for a in ("RL-ILA", "ScopeIF wo HRA") for s in (0, 1, 2)]
+    assert per_seed.loc[("ScopeIF wo HRA", 2), "CSR end"] == pytest.approx(0.68)
+    table = viz.ci_table({"CSR end": end})
+    mean, lo, hi, _ = stats.mean_ci(end["ila"])
+    assert table.loc["RL-ILA", "CSR end"] == f"{mean:.3f} [{lo:.3f}, {hi:.3f}]"
+    assert list(table["seeds"]) == [3, 3]
+    one = viz.ci_table({"CSR end": viz.by_seed(viz.last_eval(sweep(seeds=(0,))), "eval_csr", ARMS)})
+    assert one.loc["RL-ILA", "CSR end"] == "0.600 (1 seed)"
+
+
+def test_compare_decides_a_sign_only_when_the_paired_interval_excludes_zero():
+    up = viz.compare("x", {0: 0.6, 1: 0.7, 2: 0.8}, {0: 0.5, 1: 0.61, 2: 0.69})
+    assert up.startswith("x = +0.100 (95% CI") and up.endswith(": positive.")
+    assert viz.compare("x", {0: 0.5, 1: 0.61, 2: 0.69}, {0: 0.6, 1: 0.7, 2: 0.8}).endswith(": negative.")
+    unsure = viz.compare("x", {0: 0.6, 1: 0.7, 2: 0.8}, {0: 0.7, 1: 0.6, 2: 0.79})
+    assert "the interval includes 0, so these seeds cannot decide its sign" in unsure
+    single = viz.compare("x", {0: 0.6}, {0: 0.5})
+    assert "from one seed: no spread can be estimated" in single and "positive" not in single
+
+
+def test_conclusions_with_three_seeds_say_when_the_data_cannot_decide():
+    df = sweep()
+    ev, train = df[df["type"] == "eval"], df[df["type"] == "train"]
+    start = viz.by_seed(ev[ev["step"] == 0], "eval_csr", ARMS)
+    end = viz.by_seed(viz.last_eval(df), "eval_csr", ARMS)
+    pairs = viz.by_seed(train, "identical_pair_fraction", ARMS)
+    lines = viz.arm_conclusions(start, end, pairs)
+    text = "\n".join(lines)
+    assert lines[0].startswith("3 seeds (0, 1, 2)")
+    # Both arms gain on average; RL-ILA's seeds gain 0.05 to 0.15, too spread for three seeds to decide.
+    assert lines[1].startswith("RL-ILA: held-out CSR at the end minus at step 0 = +0.103 (95% CI -0.022 to +0.228")
+    assert lines[1].endswith("cannot decide its sign.")
+    assert lines[2].startswith("ScopeIF wo HRA: held-out CSR at the end minus at step 0 = +0.100")
+    assert lines[2].endswith(": positive.")
+    # RL-ILA's mean is highest (0.653 against 0.650), but the seeds disagree on the order: undecided.
+    best = next(line for line in lines if line.startswith("Held-out CSR at the end, RL-ILA minus ScopeIF wo HRA"))
+    assert "cannot decide its sign" in best
+    assert "Identical-reward-pair fraction (mean over training), ScopeIF wo HRA minus RL-ILA = -0.300" in text
+    assert "spread" not in text
+
+
+def test_conclusions_with_one_seed_state_that_no_spread_can_be_estimated():
+    df = sweep(seeds=(0,))
+    ev, train = df[df["type"] == "eval"], df[df["type"] == "train"]
+    lines = viz.arm_conclusions(viz.by_seed(ev[ev["step"] == 0], "eval_csr", ARMS),
+                                viz.by_seed(viz.last_eval(df), "eval_csr", ARMS),
+                                viz.by_seed(train, "identical_pair_fraction", ARMS))
+    assert lines[0].startswith("Only 1 seed (0): no spread over seeds can be estimated")
+    assert not any(line.endswith(("positive.", "negative.")) for line in lines)
+
+
+def test_a_run_s_held_out_constraints_per_scope(tmp_path):
+    test_data = tmp_path / "test.jsonl"
+    label = [{"scope": [], "target": {"count": "word"}, "range": {"max": 5}},
+             {"scope": [{"unit": "sentence", "select": "each"}], "target": {"count": "word"}, "range": {"max": 9}}]
+    test_data.write_text("".join(json.dumps({"prompt": f"p{i}", "label": label[: 1 + i % 2]}) + "\n"
+                                 for i in range(5)))
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {"identity": {"reward": "scopeif_flat", "seed": 3, "eval_prompts": 4},
+              "paths": {"test_data": str(test_data)}}
+    (run / "config.json").write_text(json.dumps(config))
+    # Only the first eval_prompts rows are evaluated: 4 Global constraints, 2 Traversal ones.
+    assert viz.heldout_scope_counts(run) == {"Global": 4, "Traversal": 2, "Position": 0, "Condition": 0, "Nested": 0}
+    test_data.write_text('{"prompt": "p", "label": [{"scope": [], "target": {"count": "word"}}]}\n')
+    with pytest.raises(ValueError, match=r"test.jsonl:1 label"):
+        viz.heldout_scope_counts(run)
+
+
+def test_conclusions_compare_scopeif_with_every_other_arm_once():
+    end = pd.DataFrame({"ila": [0.70, 0.72, 0.71], "cla": [0.60, 0.61, 0.62], "scopeif": [0.69, 0.70, 0.72]})
+    start = end * 0 + 0.5
+    lines = viz.arm_conclusions(start, end, end * 0 + 0.5)
+    csr = [line.split(" = ")[0] for line in lines if line.startswith("Held-out CSR at the end,")]
+    assert csr == ["Held-out CSR at the end, RL-ILA minus ScopeIF", "Held-out CSR at the end, ScopeIF minus RL-CLA"]
+    assert next(line for line in lines if "ScopeIF minus RL-CLA" in line).endswith(": positive.")
+    assert sum("Identical-reward-pair fraction" in line for line in lines) == 2  # RL-CLA and ScopeIF against RL-ILA
