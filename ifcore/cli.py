@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", help="JSONL file (default: standard output)")
     p.add_argument("--alpha", type=float, default=3.0, help="graded-reward penalty severity (ScopeIF eq. 5)")
 
-    p = sub.add_parser("train", help="GRPO on the embedded policy (or --model PATH); writes DIR/metrics.jsonl",
+    p = sub.add_parser("train", help="GRPO on the embedded policy (or --model NAME); writes DIR/metrics.jsonl",
                        description="Precedence: TrainConfig defaults < the --config file < the flags given.")
     if next((a for a in argv if not a.startswith("-")), None) == "train":  # TrainConfig's module imports torch
         from ifcore.train.grpo import TrainConfig
@@ -38,11 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label-key", default="label", help="field holding the schema v1 constraints (default: label)")
     p.add_argument("--input-key", default="prompt", help="field holding the prompt (default: prompt)")
 
-    p = sub.add_parser("eval", help="score JSONL {prompt, response} on a benchmark with its official checkers")
+    p = sub.add_parser("eval", help="score JSONL {prompt, response} on a benchmark with its official checkers, or "
+                                    "generate them with --model first")
     p.add_argument("what", choices=["ifeval", "ifbench", "scopeif"],
                    help="the benchmark whose shipped prompts are scored")
-    p.add_argument("--responses", required=True, help="JSONL {prompt, response}, the official input format "
-                                                      "(scopeif: {id or prompt, response})")
+    p.add_argument("--responses", help="JSONL {prompt, response}, the official input format "
+                                       "(scopeif: {id or prompt, response})")
+    p.add_argument("--model", help="instead of --responses: generate them with this model (cached; written to "
+                                   "OUTPUT_DIR/responses.jsonl), then score")
+    p.add_argument("--limit", type=int, help="--model: a seeded subset of N prompts, scored alone")
+    p.add_argument("--subset-seed", type=int, default=0, help="--limit: the subset's seed (default: 0)")
     p.add_argument("--output-dir", default=".", help="for eval_results_{strict,loose}.jsonl (scopeif: verdicts.jsonl) "
                                                      "and summary.json (default: .)")
     p.add_argument("--on-duplicate", choices=["error", "first", "last"], default="error",
@@ -55,6 +60,20 @@ def main(argv: list[str] | None = None) -> int:
                         "code does")
     p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
+    _add_generation_flags(p)
+
+    p = sub.add_parser("generate", help="complete JSONL rows {prompt} or {messages}: the same rows with `response`")
+    p.add_argument("--model", required=True, help="a registry name (tiny, smollm2-135m), a from_pretrained folder or "
+                                                  "a hub id in the local cache; --backend openai: the served name")
+    p.add_argument("--input", required=True, help="JSONL, one {prompt} (a string) or {messages} (a chat) per row")
+    p.add_argument("--output", required=True, help="JSONL: the input rows, each with `response` added")
+    _add_generation_flags(p)
+
+    p = sub.add_parser("serve", help="an OpenAI-compatible server (transformers serve) for a model, until Ctrl-C")
+    p.add_argument("--model", required=True, help="a registry name (tiny, smollm2-135m) or a from_pretrained folder")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine)")
+    p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda (default: auto)")
 
     p = sub.add_parser("labels", help="OpenRLHF prompt rows {prompt, label} from IFEval/IFBench-style rows "
                                       "(the instruction types schema v1 expresses; docs/graded_ifeval.md)")
@@ -76,13 +95,18 @@ def main(argv: list[str] | None = None) -> int:
                    help="witness size: tiny (the embedded CPU policy) or full (~300-word responses)")
 
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
-    p.add_argument("what", choices=["verify", "rewards", "ifeval"],
+    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
                         "rewards: 1,024 rollouts x 5 constraints, verification included; "
-                        "ifeval: 541 IFEval responses, strict and loose")
+                        "ifeval: 541 IFEval responses, strict and loose; "
+                        "generate: greedy tokens/s at batch 1 and 32 on 1 and 2 cores, in process and through "
+                        "transformers serve")
     p.add_argument("--official-dir", help="ifeval: a checkout of the official instruction_following_eval, timed too")
     p.add_argument("--responses", help="ifeval: JSONL {prompt, response} (default: the GPT-4 responses in tests/data)")
     p.add_argument("--repeats", type=int, default=5, help="ifeval: timed runs after the first (default: 5)")
+    p.add_argument("--model", default="smollm2-135m", help="generate: the model (default: smollm2-135m)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="generate: per completion (default: 64)")
+    p.add_argument("--no-server", action="store_true", help="generate: in process only")
 
     args = parser.parse_args(argv)
     try:
@@ -116,6 +140,31 @@ def _run(args) -> int:
             print(e, file=sys.stderr)
         print(f"{args.file}: {n} samples, {len(errors)} errors")
         return 1 if errors else 0
+    if args.command == "eval" and (args.responses is None) == (args.model is None):
+        raise ValueError("give --responses FILE (score them) or --model NAME (generate them, then score), one of them")
+    if args.command == "eval" and args.limit is not None and (args.model is None or args.limit < 1):
+        raise ValueError(f"--limit: a subset of at least 1 prompt, drawn for --model, got {args.limit}")
+    if args.command == "eval" and args.model:
+        return _eval_model(args)
+    if args.command == "generate":
+        from ifcore.infer.generate import generate_jsonl
+
+        backend, params = _generation(args)
+        with _endpoint_errors(args):
+            n = generate_jsonl(backend, args.input, args.output, params, cache=not args.no_cache)
+        print(f"{args.output}: {n} rows", file=sys.stderr)
+        return 0
+    if args.command == "serve":
+        import ifcore.train  # noqa: F401 - registers `tiny` in the model registry
+        from ifcore.infer.serve import serve_forever
+
+        return serve_forever(args.model, args.host, args.port, args.device)
+    if args.command == "bench" and args.what == "generate":
+        import ifcore.train  # noqa: F401 - registers `tiny`
+        from ifcore.infer.serve import bench_generate
+
+        bench_generate(args.model, max_new_tokens=args.max_new_tokens, server=not args.no_server, out=sys.stdout)
+        return 0
     if args.command == "eval" and args.what in ("ifeval", "ifbench"):
         from pathlib import Path
 
@@ -182,6 +231,129 @@ def _run(args) -> int:
         print(json.dumps(stats, indent=1))
         return 0
     raise AssertionError(f"no branch for {args.command}")
+
+
+def _add_generation_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("generation (ifcore.infer.generate; docs/inference.md)")
+    g.add_argument("--max-new-tokens", type=int, default=512, help="tokens per completion at most (default: 512)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0: greedy (default); > 0 samples")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default: 1)")
+    g.add_argument("--seed", type=int, default=0, help="the sampling seed (default: 0)")
+    g.add_argument("--batch-size", type=int, default=32, help="local: sequences per forward batch (default: 32)")
+    g.add_argument("--backend", choices=["local", "openai"], default="local",
+                   help="local: the model in this process (default); openai: an OpenAI-compatible server (vLLM, "
+                        "`ifcore serve`) that serves --model")
+    g.add_argument("--base-url", help="openai: the server's URL, e.g. http://127.0.0.1:8000/v1 (default: "
+                                      "$OPENAI_BASE_URL)")
+    g.add_argument("--api-key", help="openai: the key (default: $OPENAI_API_KEY; a flag shows in the process list)")
+    g.add_argument("--concurrency", type=int, default=8, help="openai: requests in flight at most (default: 8)")
+    g.add_argument("--no-cache", action="store_true", help="generate everything again (the cache is not read or "
+                                                           "written)")
+
+
+def _generation(args):
+    """(backend, GenParams) from the generation flags; a bad value is a ValueError naming its flag."""
+    import math
+
+    import ifcore.train  # noqa: F401 - registers `tiny` in the model registry
+    from ifcore.infer.generate import Endpoint, GenParams, Local
+
+    checks = {"max_new_tokens": (args.max_new_tokens >= 1, "at least 1"),
+              "temperature": (0 <= args.temperature < math.inf, "a finite number >= 0"),
+              "top_p": (0 < args.top_p <= 1, "in (0, 1]"), "seed": (args.seed >= 0, "at least 0"),
+              "batch_size": (args.batch_size >= 1, "at least 1"), "concurrency": (args.concurrency >= 1, "at least 1")}
+    for name, (ok, what) in checks.items():
+        if not ok:
+            raise ValueError(f"--{name.replace('_', '-')}: must be {what}, got {getattr(args, name)}")
+    params = GenParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
+                       seed=args.seed)
+    if args.backend == "openai":
+        return Endpoint(args.model, base_url=args.base_url, api_key=args.api_key, concurrency=args.concurrency), params
+    return Local(args.model, batch_size=args.batch_size), params
+
+
+@contextlib.contextmanager
+def _endpoint_errors(args):
+    """An OpenAI client error (no server there, a refused request) as a ValueError naming the server."""
+    if args.backend != "openai":
+        yield
+        return
+    import os
+
+    import openai
+
+    try:
+        yield
+    except openai.OpenAIError as e:
+        where = args.base_url or os.environ.get("OPENAI_BASE_URL") or "the OpenAI API"
+        raise ValueError(f"{where}: {type(e).__name__}: {e}") from None
+
+
+def _eval_model(args) -> int:
+    """`ifcore eval BENCH --model NAME`: the benchmark's prompts (all, or a subset drawn with --subset-seed),
+    completed through ifcore.infer (cached), written as OUTPUT_DIR/responses.jsonl, then scored by the benchmark's
+    own scorer. A subset is scored alone: its prompt-level figures are over its prompts only (IFEval's legacy
+    letter draws still follow the whole benchmark, as in a full run)."""
+    import random
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from ifcore.infer.generate import generate
+    from ifcore.jsonl import read_jsonl
+
+    backend, params = _generation(args)
+    out = Path(args.output_dir)
+    if args.what == "scopeif":
+        from ifcore.bench.scopeif import evaluate, load_test
+
+        everything = load_test(args.test)
+    else:
+        from ifcore.bench import ifeval
+
+        if args.what == "ifeval":
+            prompts_path, checkers = ifeval.PROMPTS, ifeval.IFEVAL
+        else:
+            from ifcore.bench.ifbench import IFBENCH, PROMPTS
+
+            prompts_path, checkers = PROMPTS, IFBENCH
+        everything = read_jsonl(prompts_path, ("prompt", "instruction_id_list", "kwargs"))
+    rows = everything
+    if args.limit is not None and args.limit < len(rows):  # in benchmark order
+        rows = [rows[i] for i in sorted(random.Random(args.subset_seed).sample(range(len(rows)), args.limit))]
+    with _endpoint_errors(args):
+        completions = generate(backend, [r["prompt"] for r in rows], params, cache=not args.no_cache,
+                               with_tokens=True)
+    out.mkdir(parents=True, exist_ok=True)
+    key = "id" if args.what == "scopeif" else "prompt"
+    responses = out / "responses.jsonl"
+    with open(responses, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({key: r[key], "response": text}, ensure_ascii=False) + "\n"
+                     for r, (text, _) in zip(rows, completions))
+    generation = {"model": backend.model_id, "params": asdict(params), "prompts": len(rows),
+                  "of": len(everything), "subset_seed": args.subset_seed if len(rows) < len(everything) else None,
+                  # A count is None for a completion cached before counts were kept.
+                  "reached_max_new_tokens": sum((n or 0) >= params.max_new_tokens for _, n in completions)}
+    if args.what == "scopeif":
+        summary = evaluate(responses, out, args.test, args.formalized)
+    else:
+        seed = {"paper": ifeval.PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
+        if not (seed is None or str(seed).lstrip("-").isdigit()):
+            raise ValueError(f"--letter-seed: expected paper, none or an integer, got {seed!r}")
+        seed = None if seed is None or args.what == "ifbench" else int(seed)
+        results = ifeval.evaluate(everything, {r["prompt"]: text for r, (text, _) in zip(rows, completions)},
+                                  checkers, letter_seed=seed)
+        chosen = {r["prompt"] for r in rows}
+        results = {mode: [x for x in records if x["prompt"] in chosen] for mode, records in results.items()}
+        for mode, records in results.items():
+            with open(out / f"eval_results_{mode}.jsonl", "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(x) + "\n" for x in records)
+        summary = {"benchmark": args.what, "responses": str(responses), "letter_seed": seed,
+                   **ifeval.summarize(results)}
+    summary["generation"] = generation
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    shown = {k: v for k, v in summary.items() if k not in ("by_category", "by_instruction")}
+    print(json.dumps(shown, indent=1))
+    return 0
 
 
 def _version() -> str:

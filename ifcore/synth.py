@@ -448,33 +448,107 @@ def instruction(rng: random.Random, profile: str = "tiny", k: int | None = None)
         return {"prompt": prompt, "constraints": constraints, "witness": response, "topic": topic}
 
 
+def _instances(n: int, seed: int, profile: str) -> list[dict]:
+    rng = random.Random(seed)
+    return [instruction(rng, profile) for _ in range(n)]
+
+
+def _row(inst: dict, row_id: str) -> dict:
+    return {"id": row_id, "prompt": inst["prompt"],
+            "label": json.dumps({"constraints": inst["constraints"]}, ensure_ascii=False)}
+
+
 def dataset(n: int, seed: int, profile: str = "tiny") -> list[dict]:
     """n OpenRLHF-ready rows: {"id", "prompt", "label": JSON {"constraints": [...]}}."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        inst = instruction(rng, profile)
-        rows.append({"id": f"{seed}-{i}", "prompt": inst["prompt"],
-                     "label": json.dumps({"constraints": inst["constraints"]}, ensure_ascii=False)})
-    return rows
+    return [_row(inst, f"{seed}-{i}") for i, inst in enumerate(_instances(n, seed, profile))]
 
 
-def sft_pairs(n: int, seed: int, profile: str = "tiny") -> list[dict]:
+def sft_pairs(n: int, seed: int, profile: str = "tiny", plans: bool = False) -> list[dict]:
     """Hindsight-relabelled pairs for the behaviour-cloning warm start: a generated response and an
-    instruction whose constraints it satisfies."""
-    rng = random.Random(seed)
-    return [{"prompt": (inst := instruction(rng, profile))["prompt"], "response": inst["witness"]}
-            for _ in range(n)]
+    instruction whose constraints it satisfies; with `plans`, also the plan of the response (`plan`)."""
+    return [{"prompt": inst["prompt"], "response": inst["witness"]}
+            | ({"plan": plan(inst["constraints"], inst["witness"])} if plans else {})
+            for inst in _instances(n, seed, profile)]
+
+
+# ---- the reasoning of an expert: a plan of measured targets (RAIF's behaviour-cloning data) -------------------
+
+def _where(scope: list) -> str:
+    """A scope in a few words: "response", "each paragraph", "sentence 2", "each paragraph > last sentence"."""
+    parts = []
+    for s in scope:
+        unit = s.get("kind", s["unit"]).replace("_", " ")
+        if s["select"] == "at":
+            parts.append(f"last {unit}" if s["index"] == -1 else f"{unit} {s['index'] + 1}")
+        elif s["select"] == "where":
+            parts.append(f"{unit}s with {_what(s['if']['target'])}")
+        else:
+            parts.append(f"{s['select']} {unit}")
+    return " > ".join(parts) or "response"
+
+
+def _what(target: dict) -> str:
+    """What a target measures in a few words: "words", '"river"', "uppercase words", 'first word "The"'."""
+    if target.get("count") == "occurrence":
+        return f'"{target["of"]}"'
+    if "count" in target:
+        return (target.get("of") or target.get("kind") or target["count"]).replace("_", " ") + "s"
+    if "starts_with" in target:
+        return f'first word "{target["starts_with"]}"'
+    if "matches" in target:
+        return f'"{target["matches"]}"'
+    return json.dumps(target, ensure_ascii=False)
+
+
+def _bound(rng: dict) -> str:
+    """A range in symbols: "=3", "2-5", "<=4", "> previous", "= 2x paragraph 1 sentences"."""
+    def value(v) -> str:
+        if not isinstance(v, dict):
+            return str(v) if v != "previous" else " previous"
+        if "of" in v:
+            return f" {v['times']}x{value(v['of'])}" if "times" in v else f"{value(v['of'])} + {v['plus']}"
+        return f" {_where(v.get('scope', []))} {_what(v['target'])}"
+
+    if set(rng) == {"min", "max"} and not any(isinstance(v, (dict, str)) for v in rng.values()):
+        return f"{rng['min']}-{rng['max']}"
+    symbols = {"eq": "=", "min": ">=", "max": "<=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
+    return " ".join(symbols[k] + value(v) for k, v in rng.items())
+
+
+def plan(constraints: list[dict], witness: str) -> str:
+    """The reasoning of the synthetic expert, one line per constraint: where it applies, what it counts, its
+    range, and the value(s) the answer will have there (measured on the witness): e.g.
+    `paragraph 1: words <=11 -> 10` or `each paragraph: sentences <=2 -> 2 1`. Each line turns an instruction
+    into a commitment the answer then carries out, which is what RAIF wants the reasoning to do (rather than
+    paraphrase the instruction)."""
+    doc = Doc(witness)
+    lines = []
+    for c in constraints:
+        values = [r.actual for r in verify(Constraint.from_dict(c), doc).records]
+        lines.append(f"{_where(c.get('scope', []))}: {_what(c['target'])} {_bound(c['range'])} -> "
+                     f"{' '.join(map(str, values))}")
+    return "\n".join(lines)
+
+
+def raif_response(reasoning: str, answer: str) -> str:
+    """RAIF's answer format (eq. 4): the reasoning inside <think>, the answer inside <answer>. With no reasoning
+    the think block is RAIF's empty one, `<think>\\n\\n</think>\\n` (the prefix of its no-think rollouts)."""
+    return f"<think>\n{reasoning}\n</think>\n<answer>\n{answer}\n</answer>"
 
 
 def write_dataset(out_dir, n_train: int, n_test: int, seed: int, profile: str = "tiny") -> dict:
-    """train.jsonl and test.jsonl (disjoint seeds, prompts deduplicated across splits) and stats.json."""
+    """train.jsonl and test.jsonl (disjoint seeds, prompts deduplicated across splits), stats.json, and
+    expert.jsonl: each training prompt with an expert response in RAIF's format (the plan, then the witness;
+    `raif_response`), the behaviour-cloning data of RAIF eq. 8."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    train = dataset(n_train, seed, profile)
+    instances = _instances(n_train, seed, profile)
+    train = [_row(inst, f"{seed}-{i}") for i, inst in enumerate(instances)]
     seen = {r["prompt"] for r in train}
     test = [r for r in dataset(n_test + n_test // 4 + 8, seed + 1_000_003, profile) if r["prompt"] not in seen][:n_test]
-    for name, rows in (("train", train), ("test", test)):
+    expert = [{"prompt": inst["prompt"], "response": raif_response(plan(inst["constraints"], inst["witness"]),
+                                                                   inst["witness"])} for inst in instances]
+    for name, rows in (("train", train), ("test", test), ("expert", expert)):
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -308,3 +308,272 @@ def distributions(ax, rollouts, arms=None, xlabel: str = "reward"):
     ax.set_ylabel(f"fraction of rollouts with {xlabel} ≤ x")
     ax.legend(title="all steps and seeds pooled", frameon=False, fontsize=8, title_fontsize=8, alignment="left",
               loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+# ---- RTT token relevance (notebook 04) ------------------------------------------------------------------------------
+
+def token_heatmap_html(pieces: list[str], scores, labels=None, title: str = "") -> str:
+    """A response's tokens shaded by relevance, darker = more relevant (the analog of RTT Table 6). `pieces` are the
+    tokens' texts, `scores` their relevance in [0, 1]; `labels` (0/1), when given, underline the tokens that the
+    verifier marks relevant. Hovering a token shows its score."""
+    labels = [0] * len(pieces) if labels is None else labels
+    out = []
+    for piece, p, y in zip(pieces, scores, labels):
+        p = min(max(float(p), 0.0), 1.0)
+        line = "border-bottom:2px solid #D55E00;" if y else ""
+        out.append(f'<span style="background:rgba(0,114,178,{p:.2f});{line}color:{"white" if p > 0.6 else "black"}" '
+                   f'title="p = {p:.3f}">{html.escape(piece)}</span>')
+    head = f'<div style="font-size:90%;margin-top:6px"><b>{html.escape(title)}</b></div>' if title else ""
+    key = ('<div style="font-size:80%">shade: discriminator relevance p (white 0 to dark blue 1); '
+           + ('underlined: relevant by the verifier\'s labels' if any(labels) else 'no token relevant by the labels')
+           + "</div>")
+    return (f'{head}{key}<pre style="white-space:pre-wrap;font-family:inherit;line-height:1.7">{"".join(out)}'
+            "</pre>")
+
+
+def relevance_matrix(ax, pieces: list[str], rows: list[str], matrix, labels=None):
+    """Constraints x tokens: one row of relevance per constraint (darker = more relevant), the tokens as column
+    labels; `labels`, a matrix of the same shape, outlines the cells the verifier marks relevant."""
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    m = np.asarray(matrix, dtype=float)
+    image = ax.imshow(m, aspect="auto", cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+    if labels is not None:
+        for r, c in zip(*np.nonzero(np.asarray(labels))):
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="#D55E00", linewidth=1))
+    ax.set_xticks(range(len(pieces)), [repr(p)[1:-1] for p in pieces], rotation=90, fontsize=7, family="monospace")
+    ax.set_yticks(range(len(rows)), [_clip(r, 70) for r in rows], fontsize=8)
+    ax.set_xlabel("response token")
+    ax.figure.colorbar(image, ax=ax, label="relevance p", fraction=0.03, pad=0.01)
+
+
+# ---- notebook 02: RAIF's ablation (GRPO with its reward, + superior-CoT enforcement, + behaviour cloning) ----------
+
+ARM_LABELS.update({"grpo": "GRPO (RAIF reward)", "supcot": "+ superior CoT", "supcot_bc": "+ superior CoT + BC"})
+ARM_COLOURS.update({"grpo": "#0072B2", "supcot": "#E69F00", "supcot_bc": "#009E73"})
+
+
+def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
+    """The closing statements of notebook 02, each decided by a paired t-interval over seeds (compare). `tables`
+    holds by_seed tables (arms in ablation order) named "CSR step 0", "CSR end", "ISR end", "reasoning step 0",
+    "reasoning end" (held-out reasoning tokens per response), "keep early" and "keep late" (the keep ratio over
+    the first and the last third of training). Statements: arm_conclusions' (how many seeds; each arm's held-out
+    CSR at the end against step 0; the best arm against the runner-up); each arm against the one before it on
+    held-out CSR and ISR (what superior-CoT adds to GRPO, what BC adds to it); each arm's reasoning length at the end
+    against step 0 (RAIF Fig. 3); and each filtered arm's keep ratio late against early (RAIF Fig. 5: it rises as
+    reasoning starts to pay)."""
+    csr_end = tables["CSR end"]
+    lines = arm_conclusions(tables["CSR step 0"], csr_end, csr_end.iloc[:, :0], level)
+    arms = list(csr_end.columns)
+    for a, b in zip(arms[1:], arms[:-1]):
+        for metric in ("CSR end", "ISR end"):
+            line = compare(f"Held-out {metric.split()[0]} at the end, {arm_label(a)} minus {arm_label(b)}",
+                           tables[metric][a], tables[metric][b], level)
+            if line not in lines:  # the best arm against the runner-up may be this very pair
+                lines.append(line)
+    for arm in arms:
+        lines.append(compare(f"{arm_label(arm)}: reasoning tokens per held-out response at the end minus at step 0",
+                             tables["reasoning end"][arm], tables["reasoning step 0"][arm], level))
+    for arm in arms:
+        if tables["keep late"][arm].notna().any():
+            lines.append(compare(f"{arm_label(arm)}: keep ratio over the last third of training minus the first "
+                                 "third", tables["keep late"][arm], tables["keep early"][arm], level))
+    return lines
+
+
+# ---- RAIF preliminary study (notebook 01) ---------------------------------------------------------------------------
+
+MODE_COLOURS = {"I/O": "#0072B2", "CoT": "#D55E00", "SDC": "#009E73"}
+
+
+def _no_data(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def mode_scores(axes, scores, benchmarks):
+    """One panel per benchmark: each metric's score per mode (ifcore.bench.cot_study.headline). Bars: "as
+    answered" (the whole output); diamonds: "answer-extracted" (the <answer> block or what the tags leave), equal to
+    the bar where the model used no tags. The title counts the prompts."""
+    import numpy as np
+
+    for ax, benchmark in zip(axes, benchmarks):
+        sub = scores[scores["benchmark"] == benchmark]
+        if sub.empty:
+            _no_data(ax, f"{benchmark}: not run")
+            continue
+        names, modes = list(dict.fromkeys(sub["metric"])), list(dict.fromkeys(sub["mode"]))
+        width = 0.8 / len(modes)
+        x = np.arange(len(names))
+        for i, mode in enumerate(modes):
+            view = {v: sub[(sub["mode"] == mode) & (sub["view"] == v)].set_index("metric")["score"].reindex(names)
+                    .to_numpy(float) for v in ("as answered", "answer-extracted")}
+            colour = MODE_COLOURS.get(mode, PALETTE[i % len(PALETTE)])
+            ax.bar(x + i * width, view["as answered"], width, color=colour, label=f"{mode}: as answered")
+            ax.scatter(x + i * width, view["answer-extracted"], marker="D", s=22, color="white", edgecolor="black",
+                       zorder=3, label="answer-extracted" if i == 0 else None)
+            for xi in x[np.isnan(view["as answered"])]:  # e.g. ISR where no instance is wholly formalized
+                ax.text(xi + i * width, 0, "n/a", ha="center", va="bottom", fontsize=7, rotation=90)
+        ax.set_xticks(x + width * (len(modes) - 1) / 2, names)
+        ax.set_title(f"{benchmark} ({int(sub['prompts'].iloc[0])} prompts)")
+        ax.set_ylabel("score (%)")
+        ax.set_ylim(0, max(5.0, float(np.nanmax(sub["score"].to_numpy(float), initial=0)) * 1.25))
+    handles, labels = axes[0].get_legend_handles_labels()
+    axes[0].figure.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False,
+                          bbox_to_anchor=(0.5, -0.08), fontsize=8)
+
+
+def type_effects(ax, types, benchmark: str, level: float = 0.95):
+    """Per instruction type of one benchmark, each mode's strict followed rate minus I/O's, paired over the prompts
+    holding that type (ifcore.bench.cot_study.by_type): dots the difference, whiskers its bootstrap interval
+    (none for a type on too few prompts, drawn hollow). Types sorted by CoT's difference; n prompts in the label."""
+    sub = types[types["benchmark"] == benchmark]
+    if sub.empty:
+        _no_data(ax, f"{benchmark}: no instruction type to compare")
+        return
+    order = (sub[sub["mode"] == sub["mode"].iloc[0]].sort_values("diff")["type"].tolist())
+    y = {t: i for i, t in enumerate(order)}
+    modes = list(dict.fromkeys(sub["mode"]))
+    for j, mode in enumerate(modes):
+        m = sub[sub["mode"] == mode]
+        offset = (j - (len(modes) - 1) / 2) * 0.3
+        decided = m["verdict"] != "too few prompts"
+        colour = MODE_COLOURS.get(mode, PALETTE[j % len(PALETTE)])
+        ys = [y[t] + offset for t in m["type"]]
+        ax.errorbar([d for d, k in zip(m["diff"], decided) if k], [v for v, k in zip(ys, decided) if k],
+                    xerr=[[d - lo for d, lo, k in zip(m["diff"], m["lo"], decided) if k],
+                          [hi - d for d, hi, k in zip(m["diff"], m["hi"], decided) if k]],
+                    fmt="o", color=colour, ms=4, elinewidth=1, capsize=2, label=f"{mode} - I/O")
+        ax.scatter([d for d, k in zip(m["diff"], decided) if not k], [v for v, k in zip(ys, decided) if not k],
+                   facecolor="white", edgecolor=colour, s=16, zorder=3)
+    counts = sub.groupby("type")["prompts"].max()
+    ax.set_yticks(range(len(order)), [f"{_clip(t, 45)} ({counts[t]})" for t in order], fontsize=7)
+    ax.axvline(0, color="0.5", linewidth=0.8)
+    ax.set_xlim(-1.05, 1.05)
+    ax.set_xlabel("strict followed rate, mode minus I/O")
+    ax.set_title(f"{benchmark}: type (prompts)")
+    ax.legend(title=f"whiskers: {_pct(level)} paired\nbootstrap over prompts;\nhollow: too few prompts", frameon=False,
+              fontsize=7, title_fontsize=7, alignment="left", loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+def length_ecdfs(ax, series: dict, xlabel: str):
+    """The empirical CDF of each named sample of lengths; the legend gives n and the median. An empty sample is
+    listed as such."""
+    import numpy as np
+
+    drawn = 0
+    for i, (name, values) in enumerate(series.items()):
+        v = np.sort(np.asarray([x for x in values if x is not None and x == x], dtype=float))
+        colour = MODE_COLOURS.get(name.split()[0], PALETTE[i % len(PALETTE)])
+        if len(v) == 0:
+            ax.plot([], [], color=colour, label=f"{name}: none")
+            continue
+        ax.step(np.concatenate([[0], v]), np.arange(len(v) + 1) / len(v), where="post", color=colour,
+                label=f"{name} (n={len(v)}, median {np.median(v):.0f})")
+        drawn += 1
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction of outputs with length ≤ x")
+    ax.set_ylim(0, 1.02)
+    ax.legend(frameon=False, fontsize=7, loc="lower right")
+    if not drawn:
+        ax.set_title("no sample has any value", fontsize=8)
+
+
+def keyword_bars(ax, table):
+    """Keyword frequency per 1000 words in each text source (ifcore.bench.cot_study.keyword_table; the analog of
+    RAIF Fig. 4), one bar per source and keyword."""
+    import numpy as np
+
+    if table.empty or table.isna().all().all():
+        _no_data(ax, "no text to count keywords in")
+        return
+    width = 0.8 / len(table.columns)
+    y = np.arange(len(table.index))
+    for i, column in enumerate(table.columns):
+        colour = MODE_COLOURS.get(column.split()[0], PALETTE[i % len(PALETTE)])
+        ax.barh(y + i * width, table[column].fillna(0).to_numpy(float), width, color=colour,
+                alpha=1.0 if "answer" in column or "response" in column else 0.55, label=column)
+    ax.set_yticks(y + width * (len(table.columns) - 1) / 2, list(table.index))
+    ax.invert_yaxis()
+    ax.set_xlabel("occurrences per 1000 words")
+    ax.legend(frameon=False, fontsize=7, loc="lower right")
+
+
+def format_bars(ax, table):
+    """Per mode, the share of outputs in each form (ifcore.bench.cot_study.format_table): RAIF's think/answer
+    format (eq. 4), some tags, no tags; the number of outputs under each bar."""
+    import numpy as np
+
+    forms = [("think+answer", "#009E73"), ("partial tags", "#E69F00"), ("no tags", "#999999")]
+    x = np.arange(len(table.index))
+    bottom = np.zeros(len(x))
+    for form, colour in forms:
+        v = table[form].to_numpy(float)
+        ax.bar(x, v, 0.6, bottom=bottom, color=colour, label=form)
+        bottom += v
+    ax.set_xticks(x, [f"{m}\n({int(n)} outputs)" for m, n in zip(table.index, table["outputs"])])
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of final outputs")
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+def overlap_hist(ax, values: dict, threshold: float):
+    """Histograms of the restatement measure (share of the reasoning's word n-grams found in the instruction) per
+    named sample, with the superficial-reasoning threshold."""
+    import numpy as np
+
+    bins = np.linspace(0, 1, 21)
+    drawn = 0
+    for i, (name, v) in enumerate(values.items()):
+        v = [x for x in v if x is not None and x == x]
+        colour = MODE_COLOURS.get(name.split()[0], PALETTE[i % len(PALETTE)])
+        if v:
+            ax.hist(v, bins=bins, histtype="step", linewidth=1.5, color=colour,
+                    label=f"{name} (n={len(v)}, {100 * np.mean(np.asarray(v) >= threshold):.0f}% ≥ {threshold:g})")
+            drawn += 1
+        else:
+            ax.plot([], [], color=colour, label=f"{name}: no reasoning")
+    ax.axvline(threshold, color="black", linestyle=":", linewidth=1)
+    ax.set_xlabel("restatement: share of reasoning n-grams found in the instruction")
+    ax.set_ylabel("outputs")
+    ax.legend(frameon=False, fontsize=7, loc="upper right")
+    if not drawn:
+        ax.set_title("no reasoning to measure", fontsize=8)
+
+
+def mode_examples_html(outputs, prompts, benchmark: str, key, view: str = "as answered") -> str:
+    """One item under every mode, side by side: the instruction, then per mode its scores on the item (`view`), the
+    reasoning (SDC: the reasoning shown back to pass 2) and the final output, all escaped
+    (ifcore.bench.cot_study.run_study's outputs and prompts)."""
+    from ifcore.bench.cot_study import METRICS, MODE_LABELS, words
+
+    rows = outputs[(outputs["benchmark"] == benchmark) & (outputs["key"] == key)]
+    if rows.empty:
+        return f"<p>{html.escape(f'{benchmark} {key}: no such item')}</p>"
+    scored = prompts[(prompts["benchmark"] == benchmark) & (prompts["key"] == key) & (prompts["view"] == view)]
+    cells = []
+    for r in rows.itertuples():
+        s = scored[scored["mode"] == r.mode]
+        score = " ".join(f"{m} {s[m].iloc[0]:.2f}" for m in METRICS[benchmark]
+                         if len(s) and s[m].iloc[0] == s[m].iloc[0])  # NaN: not defined for this item
+        head = html.escape(f"{MODE_LABELS.get(r.mode, r.mode)} · {score or 'not scored'} ({view})")
+        reasoning = ("" if not isinstance(r.reasoning, str) else  # None, or NaN once in a DataFrame
+                     f'<div style="font-size:80%;color:#555">reasoning ({html.escape(str(r.reasoning_source))}, '
+                     f'{len(words(r.reasoning))} words)</div><pre style="{_PRE};background:#f4f4f4">'
+                     f"{html.escape(_clip_block(r.reasoning))}</pre>")
+        cells.append(f'<td style="vertical-align:top;width:{100 // len(rows)}%"><b>{head}</b>{reasoning}'
+                     f'<div style="font-size:80%;color:#555">output ({html.escape(r.form)}, {r.output_words} words'
+                     f'{", cut at max_new_tokens" if r.truncated else ""})</div>'
+                     f'<pre style="{_PRE}">{html.escape(_clip_block(r.output))}</pre></td>')
+    return (f'<div style="font-size:85%"><b>{html.escape(f"{benchmark} · {key}")}</b>'
+            f'<pre style="{_PRE};background:#eef5fb">{html.escape(_clip_block(rows["prompt"].iloc[0]))}</pre>'
+            f'<table style="width:100%;table-layout:fixed"><tr>{"".join(cells)}</tr></table></div>')
+
+
+_PRE = "white-space:pre-wrap;font-family:inherit;line-height:1.4;margin:2px 0;padding:4px;text-align:left"
+
+
+def _clip_block(text: str, n: int = 1500) -> str:
+    return text if len(text) <= n else text[:n] + f" … [{len(text) - n} more characters]"

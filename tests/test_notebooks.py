@@ -22,12 +22,24 @@ TINY_RUN = dict(prompts_per_step=4, group_size=4, max_new_tokens=24, micro_batch
                 eval_samples=2, eval_every=2, save_every=2)
 SMALL = {
     "00_constraint_schema.ipynb": {"interactive": False},
+    "01_cot_preliminary_study.ipynb": {"model": str(ROOT / "tests/data/tiny_chat_llama"), "subset": 3,
+                                       "max_new_tokens": 8},
+    "02_raif_superior_cot.ipynb": {"seeds": [0, 1], "steps": 3, "model_size": TINY_POLICY, "train_config": TINY_RUN},
     "03_scopeif_graded_reward.ipynb": {"rewards": ["ila", "scopeif"], "seeds": [0, 1], "steps": 3,
                                        "model_size": TINY_POLICY, "train_config": TINY_RUN},
+    "04_rtt_token_rewards.ipynb": {"seeds": [0, 1], "steps": 2, "beta_sweep": [1.0], "ablations": ["rtt_inter"],
+                                   "ablation_seeds": [0], "model_size": TINY_POLICY, "train_config": TINY_RUN,
+                                   "discriminator": {"instructions": 30, "steps": 20, "batch_size": 8,
+                                                     "eval_every": 10, "max_new_tokens": 24}},
 }
 FIGURES = {"00_constraint_schema.ipynb": ["00_graded_reward_curves", "00_scopeif_test_coverage"],
+           "01_cot_preliminary_study.ipynb": ["01_cot_effect_by_type", "01_format_adherence", "01_reasoning_keywords",
+                                              "01_reasoning_length", "01_restatement", "01_scores_by_mode"],
+           "02_raif_superior_cot.ipynb": ["02_heldout_isr_csr_reasoning", "02_training_dynamics"],
            "03_scopeif_graded_reward.ipynb": ["03_csr_per_scope", "03_heldout_isr_csr", "03_identical_pair_fraction",
-                                              "03_reward_distributions"]}
+                                              "03_reward_distributions"],
+           "04_rtt_token_rewards.ipynb": ["04_beta_sweep", "04_discriminator_training", "04_rtt_vs_grpo",
+                                          "04_token_heatmap"]}
 
 
 def test_source_notebooks_have_no_outputs():

@@ -129,14 +129,16 @@ def render(tokenizer, item, chat_template_kwargs: dict) -> str:
 
 
 def generate(model, inputs: list, params: GenParams | None = None, *, cache: bool = True,
-             progress: bool = True) -> list[str]:
+             progress: bool = True, with_tokens: bool = False) -> list:
     """Completions for `inputs` (prompts or chats), in order. `model`: a registry name or path, a `Local` or an
-    `Endpoint`. Cached completions are reused; the rest are generated shortest first and cached batch by batch."""
+    `Endpoint`. Cached completions are reused; the rest are generated shortest first and cached batch by batch.
+    `with_tokens`: (text, generated tokens) pairs (a count of max_new_tokens: the completion was cut there)."""
     from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
 
     backend = Local(model) if isinstance(model, (str, os.PathLike)) else model
     with tqdm(total=len(inputs), disable=not progress, desc=f"generate {backend.model_id}") as bar:
-        return _generate(backend, inputs, params or GenParams(), cache, bar)
+        results = _generate(backend, inputs, params or GenParams(), cache, bar)
+    return results if with_tokens else [text for text, _ in results]
 
 
 def generate_jsonl(model, input_path, output_path, params: GenParams | None = None, *, cache: bool = True,
@@ -163,7 +165,7 @@ def generate_jsonl(model, input_path, output_path, params: GenParams | None = No
         for start in range(0, len(rows), chunk):
             responses = _generate(backend, inputs[start:start + chunk], params, cache, bar)
             out.writelines(json.dumps({**row, "response": r}, ensure_ascii=False) + "\n"
-                           for row, r in zip(rows[start:start + chunk], responses))
+                           for row, (r, _) in zip(rows[start:start + chunk], responses))
             out.flush()
     return len(rows)
 
@@ -172,7 +174,7 @@ def cache_path(model_id: str) -> Path:
     return cache_dir() / "completions" / (re.sub(r"[^A-Za-z0-9._@-]+", "_", model_id) + ".jsonl")
 
 
-def _generate(backend, inputs: list, params: GenParams, cache: bool, bar) -> list[str]:
+def _generate(backend, inputs: list, params: GenParams, cache: bool, bar) -> list[tuple[str, int]]:
     # A sampled input that repeats is drawn again (its occurrence is in the key and shifts its seed); a greedy
     # one is generated once.
     sampled = params.temperature > 0
@@ -190,8 +192,8 @@ def _generate(backend, inputs: list, params: GenParams, cache: bool, bar) -> lis
         data = path.read_bytes()
         # A line cut short by a kill is skipped (that completion is made again) and ended, so that the next
         # append starts on a line of its own.
-        done = {row["key"]: row["response"] for _, row, problem in iter_jsonl(data.splitlines(), ("key", "response"))
-                if row is not None and not problem}
+        done = {row["key"]: (row["response"], row.get("tokens")) for _, row, problem
+                in iter_jsonl(data.splitlines(), ("key", "response")) if row is not None and not problem}
         if data and not data.endswith(b"\n"):
             with open(path, "ab") as f:
                 f.write(b"\n")
@@ -202,8 +204,7 @@ def _generate(backend, inputs: list, params: GenParams, cache: bool, bar) -> lis
     for start in range(0, len(order), backend.batch_size):
         batch = order[start:start + backend.batch_size]
         results = backend.complete([todo[k][0] for k in batch], params, [params.seed + todo[k][1] for k in batch])
-        for k, (text, _) in zip(batch, results):
-            done[k] = text
+        done.update(zip(batch, results))
         if cache:
             with open(path, "a", encoding="utf-8") as f:
                 f.writelines(json.dumps({"key": k, "response": text, "tokens": n}, ensure_ascii=False) + "\n"

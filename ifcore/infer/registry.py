@@ -97,7 +97,7 @@ def _hub_snapshot(name: str) -> Path:
         return Path(snapshot_download(name, local_files_only=True))
     except Exception:  # not a valid repo id, or not in the local cache: one message for both
         raise FileNotFoundError(
-            f"{name}: not a registry name (tiny, smollm2-135m, {', '.join(sorted(_registered)) or 'none registered'}), "
+            f"{name}: not a registry name ({', '.join(sorted({'tiny', 'smollm2-135m', *_registered}))}), "
             "a local model directory, or a hub id in the local Hugging Face cache (nothing is downloaded at run "
             "time)") from None
 

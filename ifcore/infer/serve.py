@@ -101,7 +101,8 @@ def bench_generate(name: str = "smollm2-135m", batch_sizes=(1, 32), threads=(1, 
                    server: bool = True, out=sys.stderr) -> list[dict]:
     """`ifcore bench generate`: greedy tokens per second (generated tokens / wall seconds, EOS included) at each
     batch size on `threads` cores each, in process and, with `server`, through `transformers serve` (a batch
-    there is that many concurrent requests). Wall time: run it on an otherwise idle machine."""
+    there is that many concurrent requests). Wall time: run it on an otherwise idle machine; each row records the
+    1-minute load average before it was timed."""
     import torch
 
     prompts = [f"Write a short paragraph about {t}." for t in BENCH_TOPICS]
@@ -114,11 +115,13 @@ def bench_generate(name: str = "smollm2-135m", batch_sizes=(1, 32), threads=(1, 
         backend.complete(prompts[:1], params, [0])  # warm-up: load, first allocations
         for b in batch_sizes:
             inputs = (prompts * (b // len(prompts) + 1))[:b]
+            load = os.getloadavg()[0]  # what else ran on the machine (this process's warm-up included)
             t = time.perf_counter()
             tokens = sum(n_tok for _, n_tok in backend.complete(inputs, params, [0] * b))
             seconds = time.perf_counter() - t
             rows.append({"backend": backend_name, "threads": n, "batch": b, "tokens": tokens,
-                         "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1)})
+                         "seconds": round(seconds, 2), "tokens_per_s": round(tokens / seconds, 1),
+                         "load_1m_before": round(load, 2)})
             print(json.dumps(rows[-1]), file=out, flush=True)
 
     try:

@@ -16,7 +16,9 @@ Needs the `train` extra (torch, transformers, tokenizers, tensorboard, tqdm); th
 # bump it when a code change moves the numbers of a run with an unchanged configuration (the warm start, the
 # default data, the GRPO step), so that no run or cached policy of the old code is reused as if it were new.
 # 2: the warm start's schedule is transformers' cosine-with-min-lr (warm-up from 0, decay after the warm-up).
-TRAINER_VERSION = 2
+# 3: the warm start also teaches RAIF's CoT prompt (a plan in the think block, the answer in <answer> tags), in
+#    length-bucketed batches.
+TRAINER_VERSION = 3
 
 
 def _default_policy():

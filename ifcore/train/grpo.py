@@ -11,6 +11,16 @@ run killed after any checkpoint and started again with the same command continue
 checkpoint left it, and its metrics rows equal those of a run that was never stopped (timings aside).
 On CUDA the weights stay fp32 and every forward pass runs under bf16 autocast; on CPU everything is fp32.
 
+RAIF (notebook 02): with reward "raif" the prompt is RAIF's CoT prompt (sft.raif_prompt) and the format gate wants
+`<think>...</think><answer>...</answer>` (eq. 4). `nothink_share` of each group is sampled with RAIF's empty think
+block appended to the prompt (paired rollouts); `superior_cot` drops the groups whose reasoning does not pay (eq. 7,
+or the RAIF authors' per-sample test against a reference) and replaces them with new prompts drawn from (seed,
+step); `bc_coef` adds behaviour cloning of expert responses (eq. 8, the authors' PPO-ptx term) to the loss.
+
+Real models (issue 10, docs/inference.md): `model` is a registry name (smollm2-135m), a folder or a cached hub id;
+`lora_r` > 0 trains LoRA adapters (peft) whose model, adapters off, is the KL reference, and checkpoints hold the
+adapters only; a chat template without think tags gets both think modes from model.chat_prompt / think_gate.
+
 A run directory belongs to one configuration: config.json holds the run's identity (run_identity: every
 TrainConfig field, the warm start with its defaults filled in, the data files' sha256, the trainer version) and a
 rerun resumes only when that matches. Each checkpoint carries the sha256 of its files; a resume skips (and
@@ -36,12 +46,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ifcore.advantages import superior_cot_keep
 from ifcore.rewards import KINDS
 from ifcore.train import TRAINER_VERSION
-from ifcore.train.model import chat_prompt, load_policy
+from ifcore.train.model import chat_prompt, load_lora_policy, load_policy, think_gate
+from ifcore.train import rtt
+from ifcore.train.sft import NOTHINK_PREFIX, bc_loss, expert_batch, raif_prompt
 
 # Keys of a metrics row that measure wall-clock time rather than the run: the only ones a resume may change.
-TIMING_KEYS = ("step_seconds", "eval_seconds")
+TIMING_KEYS = ("step_seconds", "eval_seconds", "rtt_seconds")
 
 
 def _arg(default, help: str):
@@ -57,10 +70,12 @@ class TrainConfig:
     steps: int = _arg(30, "GRPO steps")
     seed: int = _arg(0, "seeds the prompt order and the sampling noise")
     output_dir: str = _arg("runs/train", "metrics.jsonl, TensorBoard events, checkpoints; rerun to resume")
-    model: str | None = _arg(None, "a from_pretrained directory; default: the cached warm-started small policy")
+    model: str | None = _arg(None, "a registry name (smollm2-135m, tiny; ifcore.infer.registry), a from_pretrained "
+                                   "directory or a hub id in the local cache; default: the cached warm-started policy")
     train_data: str | None = _arg(None, "JSONL of {prompt, label} rows; default: the cached synthetic dataset")
     test_data: str | None = _arg(None, "held-out JSONL of {prompt, label} rows; default: the cached one")
-    think: bool = _arg(True, "false: the chat template supplies an empty think block (RAIF's no-think mode)")
+    think: bool = _arg(True, "false: the chat template supplies an empty think block (RAIF's no-think mode); a "
+                             "template without think tags gets it appended (docs/inference.md)")
     alpha: float = _arg(3.0, "graded-reward penalty severity (ScopeIF eq. 5)")
     # On the CPU, 16 x 4 raised held-out CSR more than 8 x 8 at the same cost.
     prompts_per_step: int = _arg(16, "prompts per GRPO step")
@@ -78,13 +93,38 @@ class TrainConfig:
     micro_batch: int = _arg(64, "sequences per forward/backward, accumulated up to the whole batch")
     clip_eps: float = _arg(0.2, "PPO clip range (RAIF eq. 2)")
     kl_coef: float = _arg(1e-3, "k3 KL penalty to the initial policy (ScopeIF app. E.2: 1e-3)")
-    token_advantages: str = _arg("broadcast", "broadcast: each response's advantage on all its tokens")
+    token_advantages: str = _arg("broadcast", "broadcast: each response's advantage on all its tokens | rtt: RTT-GRPO "
+                                              "(eq. 7) with intra-sample token normalization | rtt_inter: inter-sample "
+                                              "| uniform, random: RTT's token-weighting ablations")
+    # ---- RTT (notebook 04): token advantages from a frozen relevance discriminator (ifcore.train.rtt) ----
+    rtt_discriminator: str | None = _arg(None, "a discriminator folder (ifcore.train.rtt); needed by rtt and rtt_inter")
+    rtt_alpha: float = _arg(1.0, "RTT eq. 7: weight of the response-level advantage A_res")
+    rtt_beta: float = _arg(0.5, "RTT eq. 7: weight of the token-level advantage A_tok (the paper sweeps 0 to 1)")
     eval_every: int = _arg(10, "held-out evaluation every N steps (and at the end)")
     eval_prompts: int = _arg(256, "the first N held-out rows")
     eval_samples: int = _arg(4, "samples per held-out prompt behind eval_csr / eval_isr (greedy: eval_greedy_*)")
     save_every: int = _arg(10, "a checkpoint every N steps (and at the end); the last two are kept")
     threads: int = _arg(0, "torch CPU threads; 0 leaves torch's default")
     warm_start: dict = _arg({}, "overrides of ifcore.train.sft.WarmStartConfig for the default policy")
+    # ---- RAIF (notebook 02): paired rollouts, superior-CoT enforcement (eq. 7), behaviour cloning (eq. 8) ----
+    nothink_share: float = _arg(0.0, "share of each group sampled with RAIF's empty think block appended to the "
+                                     "prompt (the RAIF authors: 0.25)")
+    superior_cot: str = _arg("off", "off | group: keep a group iff its best CoT rollout's R_accuracy >= its worst "
+                                    "no-think rollout's (RAIF eq. 7) | reference: >= the label's `reference` score, "
+                                    "else the initial policy's greedy no-think answer's (the RAIF authors' variant)")
+    refill_rounds: int = _arg(2, "superior_cot: rounds of new prompts replacing dropped groups (then fewer train)")
+    bc_coef: float = _arg(0.0, "behaviour cloning: bc_coef x NLL of expert responses (RAIF eq. 8; its ptx_coef)")
+    bc_data: str | None = _arg(None, "JSONL of {prompt, response} expert pairs; default: the cached synthetic ones "
+                                     "(RAIF's format: a plan, then the answer)")
+    bc_batch: int = _arg(16, "expert pairs per step")
+    # ---- real models (issue 10): LoRA through peft; generation in chunks that bound a real model's KV cache ----
+    lora_r: int = _arg(0, "LoRA rank; 0: full fine-tuning. With LoRA the KL reference is the model with its "
+                          "adapters off, and checkpoints hold the adapters only")
+    lora_alpha: float = _arg(16.0, "LoRA scale numerator: the update is scaled by lora_alpha / lora_r")
+    lora_targets: str = _arg("all-linear", "modules given adapters: all-linear, or comma-separated names "
+                                           "(q_proj,v_proj)")
+    generate_batch: int = _arg(0, "sequences per generate call in rollouts and evaluation; 0: all at once (a "
+                                  "chunked run samples other noise than an unchunked one)")
 
 
 _AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
@@ -96,13 +136,26 @@ LIMITS = {
     "group_size": (lambda v: v >= 2, "at least 2 (GRPO's advantages compare the rollouts of a group)"),
     "seed": (lambda v: v >= 0, "at least 0"), "threads": (lambda v: v >= 0, "at least 0"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "clip_eps": (lambda v: 0 < v < 1, "in (0, 1)"),
-    "token_advantages": (lambda v: v == "broadcast", "'broadcast' (the only one wired so far)"),
+    "token_advantages": (lambda v: v in rtt.TOKEN_ADVANTAGES, f"one of {', '.join(rtt.TOKEN_ADVANTAGES)}"),
+    "rtt_alpha": _NON_NEGATIVE, "rtt_beta": _NON_NEGATIVE,
     "output_dir": (lambda v: v != "", "a directory"),
     **{k: _AT_LEAST_1 for k in ("steps", "prompts_per_step", "max_new_tokens", "ppo_epochs", "micro_batch",
                                  "eval_every", "eval_prompts", "eval_samples", "save_every")},
     **{k: _POSITIVE for k in ("temperature", "lr", "alpha", "max_grad_norm")},
     **{k: _NON_NEGATIVE for k in ("weight_decay", "kl_coef")},
 }
+# RAIF's options (cross-field checks in load_config).
+LIMITS.update({
+    "nothink_share": (lambda v: 0 <= v < 1, "in [0, 1)"), "refill_rounds": (lambda v: v >= 0, "at least 0"),
+    "superior_cot": (lambda v: v in ("off", "group", "reference"), "one of off, group, reference"),
+    "bc_coef": _NON_NEGATIVE, "bc_batch": _AT_LEAST_1,
+})
+# Real models' options.
+LIMITS.update({
+    "lora_r": (lambda v: v >= 0, "at least 0 (0: full fine-tuning)"), "lora_alpha": _POSITIVE,
+    "lora_targets": (lambda v: v.strip(" ,") != "", "all-linear or module names"),
+    "generate_batch": (lambda v: v >= 0, "at least 0 (0: all at once)"),
+})
 
 
 def _checked(cls, values: dict, limits: dict, prefix: str = "") -> dict:
@@ -181,7 +234,22 @@ def load_config(path: str | None = None, **overrides) -> TrainConfig:
                                      f"({warm.heads}), and heads of kv_heads ({warm.kv_heads})")
         except ValueError as e:
             raise ValueError(f"{source.get(name, '')}{e}") from None
-    return TrainConfig(**checked)
+    cfg = TrainConfig(**checked)
+    # RAIF: a group pairs CoT with no-think rollouts only when both kinds are in it.
+    nothink = round(cfg.nothink_share * cfg.group_size)
+    if cfg.nothink_share and not (cfg.think and 1 <= nothink < cfg.group_size):
+        raise ValueError(f"nothink_share: {cfg.nothink_share} of group_size {cfg.group_size} gives {nothink} no-think "
+                         f"rollouts per group; pairing needs think true and between 1 and group_size - 1")
+    if cfg.superior_cot == "group" and not cfg.nothink_share:
+        raise ValueError("superior_cot: 'group' compares CoT with no-think rollouts (RAIF eq. 7); set nothink_share "
+                         "(the RAIF authors use 0.25)")
+    if cfg.bc_coef and cfg.bc_data is None and cfg.reward != "raif":
+        raise ValueError("bc_coef: the default expert responses are in RAIF's format (reward raif); give bc_data for "
+                         f"reward {cfg.reward}")
+    if cfg.token_advantages in ("rtt", "rtt_inter") and cfg.rtt_discriminator is None:  # RTT
+        raise ValueError(f"rtt_discriminator: token_advantages {cfg.token_advantages} needs a discriminator folder "
+                         "(ifcore.train.rtt.train_discriminator writes one)")
+    return cfg
 
 
 def run_identity(cfg: TrainConfig, paths: dict) -> tuple[dict, str]:
@@ -199,17 +267,34 @@ def run_identity(cfg: TrainConfig, paths: dict) -> tuple[dict, str]:
     if cfg.model is None:
         identity |= {f"warm_start.{k}": v for k, v in asdict(WarmStartConfig(**cfg.warm_start)).items()}
     else:
-        identity["model"] = os.path.abspath(cfg.model)
+        identity["model"] = os.path.abspath(paths["model"])  # a registry name: the folder it resolved to
     for k in ("train_data", "test_data"):
         identity[k] = "default" if getattr(cfg, k) is None else "given"
         identity[f"{k}_sha256"] = hashlib.sha256(Path(paths[k]).read_bytes()).hexdigest()
+    if "bc_data" in paths:  # RAIF's behaviour cloning: the expert responses count too
+        identity["bc_data"] = "default" if cfg.bc_data is None else "given"
+        identity["bc_data_sha256"] = hashlib.sha256(Path(paths["bc_data"]).read_bytes()).hexdigest()
+    if cfg.rtt_discriminator is not None:  # RTT: a retrained discriminator is another run, wherever it lies
+        from ifcore.infer.registry import checksums
+
+        if not Path(cfg.rtt_discriminator).is_dir():
+            raise FileNotFoundError(f"rtt_discriminator: {cfg.rtt_discriminator} is not a directory")
+        identity["rtt_discriminator"] = "given"
+        identity["rtt_discriminator_sha256"] = hashlib.sha256(
+            checksums(Path(cfg.rtt_discriminator)).encode()).hexdigest()
     identity |= {"trainer_version": TRAINER_VERSION, "synth_version": synth.SYNTH_VERSION}
     return identity, hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def resolve_paths(cfg: TrainConfig, progress: bool = True) -> dict[str, str]:
-    """{"model", "train_data", "test_data"}: the configured ones, the cached defaults (built once) for the rest."""
-    paths = {"model": cfg.model, "train_data": cfg.train_data, "test_data": cfg.test_data}
+    """{"model", "train_data", "test_data"} (and "bc_data" when bc_coef is set): the configured ones, the cached
+    defaults (built once) for the rest."""
+    from ifcore.infer.registry import resolve
+
+    # A registry name (smollm2-135m is dequantized on first use) or a path: the from_pretrained folder.
+    paths = {"model": cfg.model and str(resolve(cfg.model)), "train_data": cfg.train_data, "test_data": cfg.test_data}
+    if cfg.bc_coef:  # RAIF's behaviour cloning reads expert responses
+        paths["bc_data"] = cfg.bc_data
     if None in paths.values():
         from ifcore.train.sft import WarmStartConfig, default_assets
 
@@ -281,18 +366,26 @@ def response_logprobs(model, seqs, attention, n_prompt: int, with_entropy: bool 
 
 
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, device, autocast,
-             sample: bool, temperature: float = 1.0, top_p: float = 1.0):
-    """Rollouts with the KV cache: (sequences, attention, n_prompt, response mask, texts, truncated)."""
+             sample: bool, temperature: float = 1.0, top_p: float = 1.0, batch: int = 0):
+    """Rollouts with the KV cache, `batch` sequences per generate call (0: all in one):
+    (sequences, attention, n_prompt, response mask, texts, truncated)."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     # Explicit settings override a checkpoint's generation_config (Qwen3 ships top_k=20, temperature 0.6).
     how = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if sample else dict(do_sample=False)
+    # Every end-of-turn id stops a response: the tokenizer's and the generation config's (Qwen3 lists two).
+    eos = model.generation_config.eos_token_id
+    eos = sorted({tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None})
+    size = batch or len(prompts)
     with torch.no_grad(), autocast:
-        seqs = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                              **how)
+        chunks = [model.generate(input_ids=enc.input_ids[i:i + size], attention_mask=enc.attention_mask[i:i + size],
+                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=eos, **how) for i in range(0, len(prompts), size)]
+    width = max(c.shape[1] for c in chunks)  # a chunk whose responses all ended early is shorter
+    seqs = torch.cat([torch.nn.functional.pad(c, (0, width - c.shape[1]), value=tokenizer.pad_token_id)
+                      for c in chunks])
     n_prompt = enc.input_ids.shape[1]
     gen = seqs[:, n_prompt:]
-    eos = model.generation_config.eos_token_id
-    is_eos = torch.isin(gen, torch.tensor(eos if isinstance(eos, list) else [eos], device=gen.device))
+    is_eos = torch.isin(gen, torch.tensor(eos, device=gen.device))
     has_eos = is_eos.any(-1)
     # The response is every token up to and including the first EOS (stopping is an action too).
     length = torch.where(has_eos, is_eos.int().argmax(-1) + 1, gen.shape[1])
@@ -328,24 +421,21 @@ def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: i
     greedy decoding. For a real LLM the two move together; a 0.5M-parameter policy's greedy output is
     degenerate (one argmax path, often repetitive), so its greedy figures move erratically and are kept for
     reference. A response that fails the format gate (truncated, unclosed think) satisfies none of its
-    constraints, as score_response counts it.
+    constraints, as score_response counts it. The prompts and the gate are the rollouts' (RAIF's for reward raif).
     """
-    from ifcore.rewards import score_response
-
     t0 = time.time()
-    prompts = [chat_prompt(tokenizer, p, think=cfg.think) for p, _ in rows]
+    prompts = [_prompt(tokenizer, p, cfg) for p, _ in rows]
     row = {"type": "eval", "step": step}
     for prefix, k in (("eval", cfg.eval_samples), ("eval_greedy", 0)):
         torch.manual_seed(2**40 + cfg.seed * 1_000_003 + step)  # apart from the rollout seeds
         _, _, _, mask, texts, truncated = generate(model, tokenizer, prompts * max(k, 1), cfg.max_new_tokens, device,
                                                    autocast, sample=k > 0, temperature=cfg.temperature,
-                                                   top_p=cfg.top_p)
+                                                   top_p=cfg.top_p, batch=cfg.generate_batch)
         per_scope: dict[str, list[bool]] = {s: [] for s in ("Global", "Traversal", "Position", "Condition", "Nested")}
         csr, isr = [], []
         for i, (text, trunc) in enumerate(zip(texts, truncated)):
             constraints = rows[i % len(rows)][1]
-            ok = score_response(text, constraints, kind="ila", alpha=cfg.alpha, think=_think_mode(cfg),
-                                truncated=trunc)["satisfied"]
+            ok = _score(text, trunc, constraints, cfg, tokenizer, kind="ila")["satisfied"]
             csr.append(sum(ok) / len(ok) if ok else 1.0)
             isr.append(all(ok))
             for c, x in zip(constraints, ok):
@@ -354,12 +444,201 @@ def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: i
         row.update({f"{prefix}_csr_{s.lower()}": (float(np.mean(v)) if v else None) for s, v in per_scope.items()})
         row[f"{prefix}_response_len"] = float(mask.sum(-1).float().mean())
         row[f"{prefix}_truncated_fraction"] = float(np.mean(truncated))
+        row[f"{prefix}_reasoning_tokens"] = float(np.mean([reasoning_tokens(tokenizer, t) for t in texts]))
     row["eval_seconds"] = round(time.time() - t0, 3)
     return row
 
 
-def _think_mode(cfg: TrainConfig) -> str:
-    return "required" if cfg.think else "none"
+def _think_mode(cfg: TrainConfig, tokenizer, nothink: bool = False) -> str:
+    # A template without think tags (SmolLM2) leaves the response free: a think block is allowed, not demanded.
+    return "raif" if cfg.reward == "raif" else think_gate(tokenizer, cfg.think and not nothink)
+
+
+# ---- RAIF: prompts, paired rollouts, superior-CoT enforcement, reasoning length ----------------------------------
+
+def _prompt(tokenizer, instruction: str, cfg: TrainConfig, nothink: bool = False) -> str:
+    """The rollout prompt: RAIF's CoT prompt for reward raif, else the plain chat prompt; `nothink` (or think
+    false) supplies the empty think block in the prompt (RAIF's NOTHINK_PREFIX, or the template's)."""
+    if cfg.reward == "raif":
+        return raif_prompt(tokenizer, instruction, nothink=nothink or not cfg.think)
+    return chat_prompt(tokenizer, instruction, think=cfg.think and not nothink)
+
+
+def _score(text: str, truncated: bool, constraints, cfg: TrainConfig, tokenizer, nothink: bool = False,
+           kind: str | None = None):
+    """score_response of one rollout under the run's format gate. RAIF's gate wants the whole
+    `<think>...</think><answer>...</answer>`, so a rollout whose empty think block was in the prompt is scored with
+    it put back; offset still indexes `text`."""
+    from ifcore.rewards import score_response
+
+    prefix = NOTHINK_PREFIX if cfg.reward == "raif" and (nothink or not cfg.think) else ""
+    s = score_response(prefix + text, constraints, kind=kind or cfg.reward, alpha=cfg.alpha,
+                       think=_think_mode(cfg, tokenizer, nothink), truncated=truncated)
+    s["offset"] -= len(prefix)
+    return s
+
+
+def accuracy(score: dict) -> float:
+    """RAIF's R_accuracy (eq. 5) of a scored rollout: +2 all constraints followed, the followed fraction when some
+    are, -2 when none are or the format fails (its answer is then not judged). What superior-CoT compares."""
+    from ifcore.rewards import raif
+
+    return float(raif(score["satisfied"], score["format_ok"])) - (1.0 if score["format_ok"] else -1.0)
+
+
+def reasoning_tokens(tokenizer, text: str) -> int:
+    """Tokens of reasoning in a response: inside its first <think> ... </think> (RAIF Fig. 3); 0 without one."""
+    a = text.find("<think>")
+    b = text.find("</think>", a)
+    if a < 0 or b < 0:
+        return 0
+    return len(tokenizer(text[a + len("<think>"):b].strip(), add_special_tokens=False).input_ids)
+
+
+def read_references(path: str) -> list:
+    """Each row's `reference` from its label (the RAIF authors' per-sample filter: which constraints a no-think
+    model satisfied, one bool per constraint), or None where the label has none. Rows as read_rows reads them."""
+    from ifcore.jsonl import JsonlError, iter_jsonl
+    from ifcore.schema import parse_label
+
+    out = []
+    with open(path, "rb") as f:
+        for n, row, _ in iter_jsonl(f, required=("prompt", "label")):
+            label = json.loads(row["label"]) if isinstance(row["label"], str) else row["label"]
+            ref = label.get("reference") if isinstance(label, dict) else None
+            count = len(parse_label(label, where=f"{path}:{n} label"))
+            if ref is not None and not (isinstance(ref, list) and len(ref) == count
+                                        and all(isinstance(x, bool) for x in ref)):
+                raise JsonlError(f"{path}:{n}: label.reference: expected a list of {count} true/false values (one per "
+                                 f"constraint), got {json.dumps(ref)[:60]}")
+            out.append(ref)
+    return out
+
+
+def _merge(chunks: list[dict], pad_id: int):
+    """One batch of the rollouts of several generate calls: prompts left-padded to the longest, responses
+    right-padded (attention 0, response mask false), so that positions and masks stay what they were."""
+    width_p = max(c["n_prompt"] for c in chunks)
+    width_t = max(c["mask"].shape[1] for c in chunks)
+    n = sum(len(c["seqs"]) for c in chunks)
+    device = chunks[0]["seqs"].device
+    seqs = torch.full((n, width_p + width_t), pad_id, device=device)
+    attention = torch.zeros((n, width_p + width_t), dtype=chunks[0]["attention"].dtype, device=device)
+    mask = torch.zeros((n, width_t), dtype=torch.bool, device=device)
+    row = 0
+    for c in chunks:
+        k, p, t = len(c["seqs"]), c["n_prompt"], c["mask"].shape[1]
+        seqs[row:row + k, width_p - p:width_p + t] = c["seqs"]
+        attention[row:row + k, width_p - p:width_p + t] = c["attention"]
+        mask[row:row + k, :t] = c["mask"]
+        row += k
+    return seqs, attention, width_p, mask
+
+
+def rollout_groups(policy, reference, tokenizer, train_rows, idx: list[int], references, cfg: TrainConfig, device,
+                   autocast, step: int) -> dict:
+    """G scored rollouts of each training row in `idx`; with superior-CoT enforcement, only the groups it keeps.
+
+    The last round(nothink_share G) rollouts of each group have RAIF's empty think block in the prompt. A group is
+    kept (superior_cot "group", RAIF eq. 7) iff max R_accuracy over its CoT rollouts >= min R_accuracy over its
+    no-think rollouts, or ("reference") >= the R_accuracy of the row's reference (its label's, else the frozen
+    initial policy's greedy no-think answer: the RAIF authors filter each sample against an offline no-CoT score).
+    Dropped groups are replaced by rows drawn with (seed, step, round), at most refill_rounds rounds; what is still
+    missing then is missing from the step. "off" keeps every group (keep_ratio is then the share that eq. 7 would
+    keep, when there are no-think rollouts).
+
+    Returns the kept groups' rollouts (seqs, attention, n_prompt, mask, texts, truncated, scores, nothink: one
+    flag per rollout, rows: the kept training rows) and `stats`: keep_ratio over every group sampled this step,
+    groups_trained, refill_rounds, and over the step's own rows (before any filtering) cot_reward_mean,
+    nothink_reward_mean and reasoning_tokens (mean over CoT rollouts).
+    """
+    G = cfg.group_size
+    n_nothink = round(cfg.nothink_share * G)
+    nothink = [False] * (G - n_nothink) + [True] * n_nothink
+    chunks, stats = [], {}
+    sampled = passed_groups = kept_groups = rounds = 0
+    while True:
+        rows = [train_rows[i] for i in idx]
+        prompts = [_prompt(tokenizer, p, cfg, nothink=nt) for p, _ in rows for nt in nothink]
+        seqs, attention, n_prompt, mask, texts, truncated = generate(
+            policy, tokenizer, prompts, cfg.max_new_tokens, device, autocast, sample=True,
+            temperature=cfg.temperature, top_p=cfg.top_p, batch=cfg.generate_batch)
+        scores = [_score(texts[i], truncated[i], rows[i // G][1], cfg, tokenizer, nothink[i % G])
+                  for i in range(len(texts))]
+        acc = np.array([accuracy(s) for s in scores]).reshape(len(rows), G)
+        think_acc = acc[:, :G - n_nothink]
+        if cfg.superior_cot == "reference":
+            ref = [references[i] for i in idx]
+            missing = [k for k, r in enumerate(ref) if r is None]
+            if missing:  # the initial policy's greedy no-think answers (greedy: no sampling noise is drawn)
+                _, _, _, _, ref_texts, ref_trunc = generate(
+                    reference, tokenizer, [_prompt(tokenizer, rows[k][0], cfg, nothink=True) for k in missing],
+                    cfg.max_new_tokens, device, autocast, sample=False, batch=cfg.generate_batch)
+                for k, text, trunc in zip(missing, ref_texts, ref_trunc):
+                    ref[k] = _score(text, trunc, rows[k][1], cfg, tokenizer, nothink=True)["satisfied"]
+            baseline = np.array([accuracy({"satisfied": r, "format_ok": True}) for r in ref])[:, None]
+        else:
+            baseline = acc[:, G - n_nothink:] if n_nothink else None
+        passed = (superior_cot_keep(think_acc, baseline) if baseline is not None
+                  else np.ones(len(rows), dtype=bool))
+        keep = passed if cfg.superior_cot != "off" else np.ones(len(rows), dtype=bool)
+        if not stats:  # the step's own rows, before any filtering: the policy's behaviour
+            reward = np.array([s["reward"] for s in scores]).reshape(len(rows), G)
+            cot = [reasoning_tokens(tokenizer, t) for i, t in enumerate(texts) if not nothink[i % G]]
+            stats = {"cot_reward_mean": float(reward[:, :G - n_nothink].mean()),
+                     "nothink_reward_mean": float(reward[:, G - n_nothink:].mean()) if n_nothink else None,
+                     "reasoning_tokens": float(np.mean(cot))}
+        sampled += len(rows)
+        passed_groups += int(passed.sum())
+        if keep.any():
+            sel = [i for i in range(len(texts)) if keep[i // G]]
+            chunks.append({"seqs": seqs[sel], "attention": attention[sel], "n_prompt": n_prompt, "mask": mask[sel],
+                           "texts": [texts[i] for i in sel], "truncated": [truncated[i] for i in sel],
+                           "scores": [scores[i] for i in sel], "rows": [r for r, k in zip(rows, keep) if k]})
+        kept_groups += int(keep.sum())
+        if kept_groups == cfg.prompts_per_step or rounds == cfg.refill_rounds or cfg.superior_cot == "off":
+            break
+        rounds += 1
+        # Replacements: a function of (seed, step, round), so a resumed run draws the same ones.
+        idx = [int(i) for i in np.random.default_rng([cfg.seed, step, rounds]).choice(
+            len(train_rows), cfg.prompts_per_step - kept_groups, replace=len(train_rows) < cfg.prompts_per_step)]
+    stats |= {"keep_ratio": passed_groups / sampled, "groups_trained": kept_groups, "refill_rounds": rounds}
+    out = {"stats": stats, "nothink": nothink * kept_groups,
+           "texts": [t for c in chunks for t in c["texts"]], "truncated": [t for c in chunks for t in c["truncated"]],
+           "scores": [s for c in chunks for s in c["scores"]], "rows": [r for c in chunks for r in c["rows"]]}
+    if chunks:
+        out["seqs"], out["attention"], out["n_prompt"], out["mask"] = _merge(chunks, tokenizer.pad_token_id)
+    else:  # nothing kept: an empty batch (the step may still clone the expert)
+        out["seqs"], out["attention"] = seqs[:0], attention[:0]
+        out["n_prompt"], out["mask"] = n_prompt, mask[:0]
+    return out
+
+
+def sample_responses(run_dir, n: int = 3, initial: bool = False, seed: int = 0) -> list[dict]:
+    """What a run's policy writes: one sampled response (the run's temperature and top-p, torch seeded with `seed`)
+    to each of the first `n` held-out prompts from its last checkpoint, or from the initial policy (`initial`),
+    scored as the run scores rollouts. [{prompt, response, reward, reasoning_tokens}]."""
+    run_dir = Path(run_dir)
+    saved = json.loads((run_dir / "config.json").read_text())
+    cfg = load_config(None, **{k: saved["identity"][k] for k in ("reward", "think", "alpha", "max_new_tokens",
+                                                                 "temperature", "top_p")})
+    checkpoints = sorted((run_dir / "checkpoints").glob("step_*[0-9]"))
+    if not initial and not checkpoints:
+        raise FileNotFoundError(f"{run_dir / 'checkpoints'}: no checkpoint yet")
+    identity = saved["identity"]
+    if identity.get("lora_r") and not initial:  # a LoRA checkpoint holds the adapters only
+        model, tokenizer, _ = load_lora_policy(saved["paths"]["model"], "cpu", identity["lora_r"],
+                                               identity["lora_alpha"], identity["lora_targets"], checkpoints[-1])
+    else:
+        model, tokenizer = load_policy(saved["paths"]["model"] if initial else checkpoints[-1])
+    rows = read_rows(saved["paths"]["test_data"])[:n]
+    torch.manual_seed(seed)
+    *_, texts, truncated = generate(model, tokenizer, [_prompt(tokenizer, p, cfg) for p, _ in rows],
+                                    cfg.max_new_tokens, "cpu", contextlib.nullcontext(), sample=True,
+                                    temperature=cfg.temperature, top_p=cfg.top_p)
+    return [{"prompt": p, "response": text, "reward": _score(text, trunc, c, cfg, tokenizer)["reward"],
+             "reasoning_tokens": reasoning_tokens(tokenizer, text)}
+            for (p, c), text, trunc in zip(rows, texts, truncated)]
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
@@ -373,8 +652,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     from transformers.utils.logging import disable_progress_bar
 
     from ifcore.advantages import group_norm, identical_pair_fraction
-    from ifcore.jsonl import iter_jsonl
-    from ifcore.rewards import score_response
+    from ifcore.jsonl import JsonlError, iter_jsonl
 
     disable_progress_bar()  # one bar, ours: not one per checkpoint load and save
     cfg = load_config(None, **asdict(cfg))  # checked however it was built
@@ -424,12 +702,40 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             shutil.rmtree(checkpoints.pop())
         start = int(checkpoints[-1].name.split("_")[1]) if checkpoints else 0
         (out / "config.json").write_text(json.dumps({"key": key, "identity": identity, "paths": paths}, indent=1))
-        policy, tokenizer = load_policy(checkpoints[-1] if checkpoints else paths["model"], device)
-        reference, _ = load_policy(paths["model"], device)
-        reference.eval().requires_grad_(False)
-        opt = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if cfg.lora_r:  # adapters on the model, whose own weights stay frozen: they are the reference too
+            policy, tokenizer, reference = load_lora_policy(paths["model"], device, cfg.lora_r, cfg.lora_alpha,
+                                                            cfg.lora_targets, checkpoints[-1] if checkpoints else None,
+                                                            seed=cfg.seed)
+        else:
+            policy, tokenizer = load_policy(checkpoints[-1] if checkpoints else paths["model"], device)
+            reference, _ = load_policy(paths["model"], device)
+            reference.eval().requires_grad_(False)
+        discriminator = None  # RTT: frozen, reading the policy's own token ids
+        if cfg.token_advantages in ("rtt", "rtt_inter"):
+            discriminator = rtt.Discriminator.from_pretrained(cfg.rtt_discriminator, device)
+            discriminator.eval().requires_grad_(False)
+            discriminator.check_tokenizer(tokenizer)
+        opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr,
+                                weight_decay=cfg.weight_decay)
         if checkpoints:
             opt.load_state_dict(torch.load(checkpoints[-1] / "optimizer.pt", map_location=device))
+        # RAIF: the labels' reference scores; the expert pairs, tokenized once (a response is a whole assistant turn,
+        # its think block included, so the prompt is the CoT one; the prompt is masked out of the loss).
+        references = read_references(paths["train_data"]) if cfg.superior_cot == "reference" else None
+        experts = []
+        if cfg.bc_coef:
+            with open(paths["bc_data"], "rb") as f:
+                for n, pair, problem in iter_jsonl(f, required=("prompt", "response")):
+                    if problem or not all(isinstance(pair[k], str) for k in ("prompt", "response")):
+                        raise JsonlError(f"{paths['bc_data']}:{n}: "
+                                         f"{problem or 'prompt and response: expected strings'}")
+                    text = (raif_prompt(tokenizer, pair["prompt"]) if cfg.reward == "raif"
+                            else chat_prompt(tokenizer, pair["prompt"], think=True))
+                    ids = tokenizer(text, add_special_tokens=False).input_ids
+                    answer = tokenizer(pair["response"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+                    experts.append((ids + answer, len(ids)))
+            if not experts:
+                raise JsonlError(f"{paths['bc_data']}: no rows")
 
         # A killed run may have written rows past its last checkpoint, the last one maybe cut short: keep only the
         # complete rows that the checkpoint covers.
@@ -466,41 +772,52 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                                  f"before step {step} (rerun to resume)")
             t0 = time.time()
             # ---- the step's prompts: a fresh permutation of the training rows per epoch, seeded by (seed, epoch) ----
-            batch = []
+            idx = []
             for i in range((step - 1) * B, step * B):
                 epoch, j = divmod(i, len(train_rows))
-                batch.append(train_rows[np.random.default_rng([cfg.seed, epoch]).permutation(len(train_rows))[j]])
+                idx.append(int(np.random.default_rng([cfg.seed, epoch]).permutation(len(train_rows))[j]))
 
-            # ---- rollouts: G samples per prompt ----
+            # ---- rollouts: G scored samples per prompt (RAIF: paired no-think ones, superior-CoT's refills) ----
             torch.manual_seed(cfg.seed * 1_000_003 + step)
             policy.eval()
-            prompts = [chat_prompt(tokenizer, p, think=cfg.think) for p, _ in batch for _ in range(G)]
-            seqs, attention, n_prompt, mask, texts, truncated = generate(
-                policy, tokenizer, prompts, cfg.max_new_tokens, device, autocast, sample=True,
-                temperature=cfg.temperature, top_p=cfg.top_p)
+            got = rollout_groups(policy, reference, tokenizer, train_rows, idx, references, cfg, device, autocast, step)
+            batch, scores, texts, truncated = got["rows"], got["scores"], got["texts"], got["truncated"]
+            seqs, attention, n_prompt, mask = got["seqs"], got["attention"], got["n_prompt"], got["mask"]
+            N = len(seqs)  # rollouts trained: B * G, fewer when superior-CoT dropped groups it could not replace
 
-            # ---- rewards and group-relative advantages ----
-            scores = [score_response(texts[i], batch[i // G][1], kind=cfg.reward, alpha=cfg.alpha,
-                                     think=_think_mode(cfg), truncated=truncated[i]) for i in range(B * G)]
-            rewards = np.array([s["reward"] for s in scores], dtype=float).reshape(B, G)
+            # ---- group-relative advantages ----
+            rewards = np.array([s["reward"] for s in scores], dtype=float).reshape(len(batch), G)
             with open(rollouts_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": step, "rewards": [round(float(r), 6) for r in rewards.reshape(-1)]})
                         + "\n")
             advantages = torch.tensor(group_norm(rewards).reshape(-1), dtype=torch.float32, device=device)
-            token_advantages = advantages[:, None].expand_as(mask)  # [B*G, T]; RTT replaces this later
+            token_advantages = advantages[:, None].expand_as(mask)  # [B*G, T]; RTT replaces this below
+            if cfg.token_advantages != "broadcast":  # RTT-GRPO (eq. 7): alpha A_res + beta A_tok, token by token
+                token_advantages, rtt_seconds = rtt.token_advantages(
+                    cfg.token_advantages, seqs[:, n_prompt:], mask,
+                    [[rtt.criteria_text(c) for c in batch[i // G][1]] for i in range(len(scores))],
+                    [s["satisfied"] for s in scores], group_norm(rewards), cfg.rtt_alpha, cfg.rtt_beta, tokenizer,
+                    discriminator, np.random.default_rng([cfg.seed, step, 0x277]))
 
             # ---- the policy update: ppo_epochs optimizer steps, micro-batched ----
             with torch.no_grad(), autocast:
                 ref_logp = torch.cat([response_logprobs(reference, seqs[i:i + cfg.micro_batch],
                                                         attention[i:i + cfg.micro_batch], n_prompt)[0]
-                                      for i in range(0, B * G, cfg.micro_batch)])
+                                      for i in range(0, N, cfg.micro_batch)]
+                                     or [torch.zeros(mask.shape, device=device)])  # N = 0: nothing to train
             policy.train()
             old_logp = torch.empty_like(ref_logp)
             entropy = torch.empty_like(ref_logp)
+            if experts:  # RAIF eq. 8: this step's expert pairs, drawn with (seed, step, 0) (refills: rounds 1, 2, ...)
+                draw = np.random.default_rng([cfg.seed, step, 0]).choice(len(experts), min(cfg.bc_batch, len(experts)),
+                                                                         replace=False)
+                bc_ids, bc_attention, bc_labels = (t.to(device) for t in expert_batch([experts[k] for k in draw],
+                                                                                      tokenizer.pad_token_id))
+                bc_tokens = (bc_labels[:, 1:] != -100).sum()
             for epoch in range(cfg.ppo_epochs):
                 opt.zero_grad(set_to_none=True)
                 loss_sum = clip_sum = 0.0
-                for i in range(0, B * G, cfg.micro_batch):
+                for i in range(0, N, cfg.micro_batch):
                     mb = slice(i, i + cfg.micro_batch)
                     with autocast:
                         logp, ent = response_logprobs(policy, seqs[mb], attention[mb], n_prompt,
@@ -509,29 +826,48 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                         old_logp[mb], entropy[mb] = logp.detach(), ent.detach()
                     loss, _, clip = grpo_loss(logp, old_logp[mb], ref_logp[mb], token_advantages[mb], mask[mb],
                                               cfg.clip_eps, cfg.kl_coef)
-                    share = seqs[mb].shape[0] / (B * G)
+                    share = seqs[mb].shape[0] / N
                     (loss * share).backward()
                     loss_sum += loss.item() * share
                     clip_sum += clip.item() * share
+                if experts:  # RAIF eq. 8: + bc_coef x the mean NLL of the expert responses' tokens
+                    bc_sum = 0.0
+                    for i in range(0, len(bc_ids), cfg.micro_batch):
+                        mb = slice(i, i + cfg.micro_batch)
+                        with autocast:
+                            logits = policy(input_ids=bc_ids[mb], attention_mask=bc_attention[mb]).logits
+                        nll = bc_loss(logits, bc_labels[mb])[0] / bc_tokens
+                        (cfg.bc_coef * nll).backward()
+                        bc_sum += nll.item()
+                    if epoch == 0:
+                        bc_first = bc_sum  # before this step's updates
                 grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm).item()
                 opt.step()
 
             m = mask.float()
             kl = (torch.exp(ref_logp - old_logp) - (ref_logp - old_logp) - 1) * m  # k3 of the rollout policy
-            row = {
-                "type": "train", "step": step,
-                "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
-                "identical_pair_fraction": float(identical_pair_fraction(rewards).mean()),
-                "kl": float(kl.sum() / m.sum()), "entropy": float((entropy * m).sum() / m.sum()),
-                "response_len": float(m.sum(-1).mean()),
-                "truncated_fraction": float(np.mean(truncated)),
-                "format_ok": float(np.mean([s["format_ok"] for s in scores])),
-                "csr": float(np.mean([np.mean(s["satisfied"]) if s["satisfied"] else 1.0 for s in scores])),
-                "loss": loss_sum, "clip_fraction": clip_sum, "grad_norm": grad_norm,
-                "step_seconds": round(time.time() - t0, 3),
-            }
+            with warnings.catch_warnings():  # superior-CoT may leave no group to train: those figures are None
+                warnings.simplefilter("ignore", RuntimeWarning)
+                row = {
+                    "type": "train", "step": step,
+                    "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
+                    "identical_pair_fraction": float(identical_pair_fraction(rewards).mean()),
+                    "kl": float(kl.sum() / m.sum()), "entropy": float((entropy * m).sum() / m.sum()),
+                    "response_len": float(m.sum(-1).mean()),
+                    "truncated_fraction": float(np.mean(truncated)),
+                    "format_ok": float(np.mean([s["format_ok"] for s in scores])),
+                    "csr": float(np.mean([np.mean(s["satisfied"]) if s["satisfied"] else 1.0 for s in scores])),
+                    "loss": loss_sum, "clip_fraction": clip_sum, "grad_norm": grad_norm,
+                    "step_seconds": round(time.time() - t0, 3),
+                }
+            row = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+            row |= got["stats"] | ({"bc_loss": bc_first} if experts else {})  # RAIF
+            if cfg.token_advantages != "broadcast":  # RTT: the discriminator's time; how much tokens' advantages vary
+                spread = [float(a[:n].std()) for a, n in zip(token_advantages, mask.sum(-1).tolist()) if n > 1]
+                row |= {"rtt_seconds": round(rtt_seconds, 3),
+                        "token_adv_std": float(np.mean(spread)) if spread else None}
             log(row)
-            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", csr=f"{row['csr']:.3f}")
+            bar.set_postfix(reward=f"{row['cot_reward_mean']:.3f}", keep=f"{row['keep_ratio']:.2f}")
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 ev = evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=step)
                 log(ev)

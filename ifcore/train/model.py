@@ -1,13 +1,21 @@
 """The policy: a small Qwen3 causal LM built from a config with a byte-level BPE tokenizer trained locally, or a
-real checkpoint by path. Both end as a directory that `load_policy` reads with `AutoModelForCausalLM` /
-`AutoTokenizer.from_pretrained`, so the CPU toy and a real Qwen3 on a GPU take one code path.
+real checkpoint (a registry name such as smollm2-135m, resolved by ifcore.infer.registry, or a path). Both end as
+a directory that `load_policy` reads with `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained`, so the CPU
+toy, SmolLM2 and a real Qwen3 on a GPU take one code path.
 
 The chat template is Qwen3's, cut down: `<|im_start|>role\\ncontent<|im_end|>\\n` turns, and with
 `enable_thinking=False` the generation prompt already holds an empty `<think>\\n\\n</think>\\n\\n` block
 (RAIF's no-think mode, the same switch a real Qwen3 template reads).
+
+A template without that switch (SmolLM2's has no think tags at all) gets the same two modes from `chat_prompt`:
+think=False appends the empty think block to its generation prompt, as Qwen3's template would; think=True leaves
+the response free. Nothing asks such a model for a think block (SmolLM2-135M ignores a system prompt that does),
+so its reward gate is "auto" (`think_gate`): a think block it writes is skipped, one it leaves open fails, and
+a response without one is verified whole.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -76,9 +84,63 @@ def load_policy(path, device="cpu"):
     return model, tokenizer
 
 
+def has_think_switch(tokenizer) -> bool:
+    """Whether the chat template reads `enable_thinking` (Qwen3's and the embedded policy's do, SmolLM2's not)."""
+    return "enable_thinking" in (tokenizer.chat_template or "")
+
+
+def load_lora_policy(path, device, r: int, alpha: float, targets: str, checkpoint=None, seed: int = 0):
+    """(policy, tokenizer, reference) for LoRA (peft): the model at `path` with a checkpoint's adapters, or new ones
+    initialised under `seed` (peft draws lora_A from torch's RNG; lora_B starts at 0, so the policy starts as the
+    model); `targets` is "all-linear" or comma-separated module names. The reference is the same model with its
+    adapters off: the frozen base without a second copy of the weights."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    model, tokenizer = load_policy(path, device)
+    with warnings.catch_warnings():  # peft asks transformers a deprecated question; nothing for the user
+        warnings.simplefilter("ignore", FutureWarning)
+        if checkpoint is not None:
+            policy = PeftModel.from_pretrained(model, checkpoint, is_trainable=True)
+        else:
+            torch.manual_seed(seed)
+            names = targets if targets == "all-linear" else [t.strip() for t in targets.split(",") if t.strip()]
+            policy = get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, target_modules=names))
+    return policy, tokenizer, AdaptersOff(policy)
+
+
+class AdaptersOff:
+    """A peft model seen with its adapters disabled, for the calls the trainer makes of a reference policy: a
+    forward pass, generate, generation_config. (Not a Module: eval() or requires_grad_ on it must not reach the
+    policy's adapters.)"""
+
+    def __init__(self, peft_model):
+        self.peft_model = peft_model
+
+    def __call__(self, **kwargs):
+        with self.peft_model.disable_adapter():
+            return self.peft_model(**kwargs)
+
+    def generate(self, **kwargs):
+        with self.peft_model.disable_adapter():
+            return self.peft_model.generate(**kwargs)
+
+    @property
+    def generation_config(self):
+        return self.peft_model.generation_config
+
+
 def chat_prompt(tokenizer, instruction: str, think: bool = True) -> str:
-    """The instruction as one user turn plus the assistant header (and an empty think block when think is off)."""
-    return tokenizer.apply_chat_template(
+    """The instruction as one user turn plus the assistant header (and an empty think block when think is off:
+    the template's own where it has the switch, else EMPTY_THINK appended)."""
+    text = tokenizer.apply_chat_template(
         [{"role": "user", "content": instruction}], tokenize=False, add_generation_prompt=True,
         enable_thinking=think,
     )
+    return text if think or has_think_switch(tokenizer) else text + EMPTY_THINK
+
+
+def think_gate(tokenizer, think: bool) -> str:
+    """The format gate's think mode (ifcore.rewards.format_gate) for responses to `chat_prompt(..., think)`:
+    "required" (a closed think block) where the template has the switch, "auto" where it has none (a think block
+    is allowed, not demanded), "none" with thinking off."""
+    return "none" if not think else "required" if has_think_switch(tokenizer) else "auto"

@@ -2,9 +2,16 @@
 
 `warm_start` trains a tokenizer on hindsight-relabelled pairs (a witness response and constraints that it
 satisfies, RAIF's behaviour cloning, eq. 8), builds the small Qwen3 and fits it to the responses by masked
-cross-entropy, so that the policy reads the instruction before GRPO starts. `default_assets` builds the
-default synthetic dataset and that policy once and caches them under `$IFCORE_CACHE` (default
-`~/.cache/ifcore`); moving or deleting the folder is safe, the next run rebuilds what is missing.
+cross-entropy, so that the policy reads the instruction before GRPO starts. It learns two prompt formats:
+- the plain chat prompt: an empty think block, then the answer (what ScopeIF's notebook 03 trains);
+- RAIF's CoT prompt (`raif_prompt`: a system prompt asking for `<think>` reasoning and an `<answer>`): a plan in
+  the think block (ifcore.synth.plan: each constraint's scope, target, range and the value the answer will have),
+  then the answer in <answer> tags; a share of these with RAIF's empty think block already in the prompt (its
+  no-think rollouts), so that the policy can answer in both of GRPO's paired modes.
+`default_assets` builds the default synthetic dataset and that policy once and caches them under `$IFCORE_CACHE`
+(default `~/.cache/ifcore`); moving or deleting the folder is safe, the next run rebuilds what is missing.
+`expert_batch` and `bc_loss` are the masked cross-entropy of the warm start, which GRPO's behaviour-cloning
+term (RAIF eq. 8) reuses.
 """
 from __future__ import annotations
 
@@ -21,6 +28,48 @@ from pathlib import Path
 import torch
 
 from ifcore.train.model import EMPTY_THINK, build_policy, chat_prompt, train_tokenizer
+
+# RAIF's CoT trigger, the system turn of its RL prompts (the authors' code; ifcore.bench.cot_study.COT_SYSTEM, the
+# preliminary study's CoT mode, is the same text, which the train part may not import): reason in <think>, answer
+# in <answer>.
+RAIF_SYSTEM = ("You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and "
+               "then provides the user with the answer. The reasoning process and answer are enclosed within <think> "
+               "</think> and <answer> </answer> tags, respectively, i.e., <think> reasoning process here </think>"
+               "<answer> answer here </answer>.")
+# The RAIF authors' no-think rollouts: this empty think block appended to the prompt (ifcore.synth.raif_response
+# with no reasoning starts with it).
+NOTHINK_PREFIX = "<think>\n\n</think>\n"
+
+
+def raif_prompt(tokenizer, instruction: str, nothink: bool = False) -> str:
+    """RAIF's CoT prompt: RAIF_SYSTEM, the instruction, the assistant header; with `nothink` also NOTHINK_PREFIX."""
+    text = tokenizer.apply_chat_template([{"role": "system", "content": RAIF_SYSTEM},
+                                         {"role": "user", "content": instruction}],
+                                        tokenize=False, add_generation_prompt=True)
+    return text + NOTHINK_PREFIX if nothink else text
+
+
+def expert_batch(examples: list[tuple[list[int], int]], pad_id: int):
+    """(input_ids, attention, labels) of [(token ids, prompt length), ...], right-padded; labels are the ids with
+    the prompt and the padding masked (-100): only the response is a target."""
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id)
+    labels = torch.full((len(examples), width), -100)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, (ids, n_prompt) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
+        attention[row, : len(ids)] = 1
+    return input_ids, attention, labels
+
+
+def bc_loss(logits, labels):
+    """(sum, count): the negative log-likelihood summed over the target tokens (labels != -100; RAIF eq. 8,
+    -log pi(y~ | x) of the expert's response), and their number. Logits at position t predict labels[t + 1]."""
+    target = labels[:, 1:]
+    keep = target != -100
+    logp = logits[:, :-1].float().log_softmax(-1).gather(-1, target.clamp(min=0)[..., None]).squeeze(-1)
+    return -(logp * keep).sum(), keep.sum()
 
 
 @dataclass
@@ -39,6 +88,10 @@ class WarmStartConfig:
     batch_size: int = 32
     lr: float = 3e-3
     seed: int = 0
+    # the prompt formats (module docstring): the share of pairs in RAIF's CoT format, and the share of those with
+    # the empty think block in the prompt
+    raif_share: float = 0.5
+    raif_nothink_share: float = 0.25
     # the default dataset (ScopeInstruct-style rows from ifcore.synth)
     train_rows: int = 4000
     test_rows: int = 256
@@ -50,27 +103,44 @@ LIMITS = {name: (lambda v: v >= 1, "at least 1") for name in
            "steps", "batch_size", "train_rows", "test_rows")}
 LIMITS["seed"] = (lambda v: v >= 0, "at least 0")
 LIMITS["lr"] = (lambda v: 0 < v < math.inf, "a finite number > 0")
+LIMITS["raif_share"] = LIMITS["raif_nothink_share"] = (lambda v: 0 <= v <= 1, "in [0, 1]")
 
 
 def warm_start(pairs: list[dict], cfg: WarmStartConfig, out_dir, progress: bool = True) -> Path:
-    """Tokenizer + Qwen3 + SFT on `pairs` ({"prompt", "response"}); saves a from_pretrained directory."""
+    """Tokenizer + Qwen3 + SFT on `pairs` ({"prompt", "response"} and, for RAIF's format, "plan"); saves a
+    from_pretrained directory. Pairs without a plan are all taught in the plain format."""
     from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
     from transformers import get_cosine_with_min_lr_schedule_with_warmup
     from transformers.utils.logging import disable_progress_bar
 
+    from ifcore.synth import raif_response
+
     disable_progress_bar()
     out_dir = Path(out_dir)
-    tokenizer = train_tokenizer((t for p in pairs for t in (p["prompt"], p["response"])), cfg.vocab_size)
+    # (instruction, format, target): the format drawn per pair, a function of the seed.
+    draw = random.Random(cfg.seed + 2)
+    texts = []
+    for p in pairs:
+        if "plan" not in p or draw.random() >= cfg.raif_share:
+            texts.append((p["prompt"], "plain", EMPTY_THINK + p["response"]))
+        elif draw.random() < cfg.raif_nothink_share:
+            texts.append((p["prompt"], "nothink", raif_response("", p["response"])[len(NOTHINK_PREFIX):]))
+        else:
+            texts.append((p["prompt"], "cot", raif_response(p["plan"], p["response"])))
+    tokenizer = train_tokenizer((t for prompt, how, target in texts
+                                 for t in ((prompt, target) if how == "plain" else (RAIF_SYSTEM, prompt, target))),
+                                cfg.vocab_size)
     model = build_policy(tokenizer, hidden_size=cfg.hidden_size, layers=cfg.layers, heads=cfg.heads,
                          kv_heads=cfg.kv_heads, intermediate_size=cfg.intermediate_size,
                          max_positions=cfg.max_positions, seed=cfg.seed)
-    # Prompt tokens are context, not targets; the target is the empty think block, the answer and <|im_end|>.
+    # Prompt tokens are context, not targets; the target is the think block, the answer and <|im_end|>.
     examples = []
-    for p in pairs:
-        prompt = tokenizer(chat_prompt(tokenizer, p["prompt"], think=True)).input_ids
-        answer = tokenizer(EMPTY_THINK + p["response"]).input_ids + [tokenizer.eos_token_id]
-        ids = (prompt + answer)[: cfg.max_positions]
-        examples.append((ids, len(prompt)))
+    for prompt, how, target in texts:
+        text = (chat_prompt(tokenizer, prompt, think=True) if how == "plain"
+                else raif_prompt(tokenizer, prompt, nothink=how == "nothink"))
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        answer = tokenizer(target, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        examples.append(((ids + answer)[: cfg.max_positions], len(ids)))
 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01, betas=(0.9, 0.98))
     # Linear warm-up over the first 5% of the steps, then cosine decay to a tenth of the peak.
@@ -84,17 +154,17 @@ def warm_start(pairs: list[dict], cfg: WarmStartConfig, out_dir, progress: bool 
     bar = tqdm(range(1, cfg.steps + 1), desc="warm start", disable=not progress, dynamic_ncols=True)
     for step in bar:
         if len(order) < cfg.batch_size:
-            order += rng.sample(range(len(examples)), len(examples))
-        batch = [examples[i] for i in order[: cfg.batch_size]]
+            # An epoch in random order, sorted by length within windows of 16 batches and those batches shuffled:
+            # a RAIF example is about twice a plain one, and padding every batch to its longest would cost that twice.
+            perm, window = rng.sample(range(len(examples)), len(examples)), 16 * cfg.batch_size
+            batches = [part[j:j + cfg.batch_size] for i in range(0, len(perm), window)
+                       for part in [sorted(perm[i:i + window], key=lambda k: len(examples[k][0]))]
+                       for j in range(0, len(part), cfg.batch_size)]
+            rng.shuffle(batches)
+            order += [k for b in batches for k in b]
+        input_ids, attention, labels = expert_batch([examples[i] for i in order[: cfg.batch_size]],
+                                                    tokenizer.pad_token_id)
         del order[: cfg.batch_size]
-        width = max(len(ids) for ids, _ in batch)
-        input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
-        labels = torch.full((len(batch), width), -100)
-        attention = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (ids, n_prompt) in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, n_prompt: len(ids)] = torch.tensor(ids[n_prompt:])
-            attention[row, : len(ids)] = 1
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -118,7 +188,8 @@ def cache_dir() -> Path:
 
 
 def default_assets(cfg: WarmStartConfig, progress: bool = True) -> dict[str, str]:
-    """{"model", "train_data", "test_data"}: the cached default dataset and warm-started policy, built on first use.
+    """{"model", "train_data", "test_data", "bc_data"}: the cached default dataset, warm-started policy and expert
+    responses of the training prompts (RAIF's format, ifcore.synth.write_dataset), built on first use.
 
     The cache key hashes the warm-start config, the synth version and the trainer version, so changing any of
     them builds a new entry beside the old one. The build goes to a temporary folder renamed into place at the
@@ -132,7 +203,7 @@ def default_assets(cfg: WarmStartConfig, progress: bool = True) -> dict[str, str
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     root = cache_dir() / f"default-{key}"
     paths = {"model": str(root / "policy"), "train_data": str(root / "train.jsonl"),
-             "test_data": str(root / "test.jsonl")}
+             "test_data": str(root / "test.jsonl"), "bc_data": str(root / "expert.jsonl")}
     if root.exists():
         return paths
     tmp = cache_dir() / f".building-{key}-{os.getpid()}"
@@ -143,7 +214,7 @@ def default_assets(cfg: WarmStartConfig, progress: bool = True) -> dict[str, str
     synth.write_dataset(tmp, n_train=cfg.train_rows, n_test=cfg.test_rows, seed=cfg.seed)
     # Held-out means held out of the warm start too: no behaviour-cloning pair repeats a test prompt.
     test_prompts = {row["prompt"] for row in read_jsonl(tmp / "test.jsonl", required=("prompt",))}
-    pairs = [p for p in synth.sft_pairs(cfg.pairs, seed=cfg.seed + 1) if p["prompt"] not in test_prompts]
+    pairs = [p for p in synth.sft_pairs(cfg.pairs, seed=cfg.seed + 1, plans=True) if p["prompt"] not in test_prompts]
     warm_start(pairs, cfg, tmp / "policy", progress=progress)
     (tmp / "spec.json").write_text(json.dumps(spec, indent=1))
     try:

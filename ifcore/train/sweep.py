@@ -1,11 +1,12 @@
-"""Several reward arms x seeds of `ifcore train`, run side by side: what a paper-stage notebook executes.
+"""Several arms x seeds of `ifcore train`, run side by side: what a paper-stage notebook executes. An arm is a
+reward kind (notebook 03) or a name with TrainConfig overrides (notebook 02: RAIF's superior-CoT and BC options).
 
 Each run is its own `ifcore train --config RUN/run_config.json` process (one torch thread unless `config` sets
 `threads`), `workers` at a time, logging to RUN/train.log. A run's folder is named by its configuration,
-`<arm>-seed<N>-<key>`, the key a hash of grpo.run_identity (every TrainConfig field, the warm start with its
-defaults, the data files' sha256, the trainer version). So a finished run of the same configuration is reused,
-an interrupted one resumes from its last checkpoint, and a run whose steps, learning rate, model size or data
-changed trains in a new folder beside the old ones, whose rows are never shown.
+`<arm>-seed<N>-<key>` (the arm's name also in its sweep.json), the key a hash of grpo.run_identity (every TrainConfig
+field, the warm start with its defaults, the data files' sha256, the trainer version). So a finished run of the same
+configuration is reused, an interrupted one resumes from its last checkpoint, and a run whose steps, learning rate,
+model size or data changed trains in a new folder beside the old ones, whose rows are never shown.
 
 Children run in their own process groups. Interrupting the sweep (KeyboardInterrupt: the notebook's stop
 button) or any error in it stops them all (SIGTERM, then SIGKILL after GRACE_SECONDS); a child whose sweep was
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +32,7 @@ from ifcore.jsonl import iter_jsonl, read_jsonl
 BACKENDS = ("local",)
 GRACE_SECONDS = 10  # between SIGTERM and SIGKILL when a sweep stops its children
 PER_RUN = ("reward", "seed", "steps", "output_dir")  # set by run_arms' arguments, not by `config`
+ARM_NAME = re.compile(r"[A-Za-z0-9_.+]+")  # the first part of a run folder's name, before "-seed<N>-<key>"
 
 
 def finished(path: Path, key: str, steps: int) -> bool:
@@ -51,9 +54,13 @@ def _steps_done(path: Path) -> int:
         return 0
 
 
-def run_arms(arms: list[str], seeds: list[int], steps: int, runs_dir, config: dict | None = None,
+def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | None = None,
              workers: int = 2, backend: str = "local", progress: bool = True):
     """Train every (arm, seed) whose run is not finished; returns a DataFrame, one row per run in (arm, seed) order.
+
+    An arm is a reward kind (the arm of that name trains with that reward), or a (name, overrides) pair: TrainConfig
+    fields of that arm over `config` (reward included; not seed, steps or output_dir), e.g. list(dict.items()).
+    Names are letters, digits and `_.+`.
 
     Columns: arm, seed, status ("reused": finished earlier with this configuration, nothing trained; "resumed":
     continued from its last checkpoint, step `from_step`; "trained": from scratch), from_step, path (the run
@@ -76,22 +83,36 @@ def run_arms(arms: list[str], seeds: list[int], steps: int, runs_dir, config: di
     from ifcore.train.grpo import load_config, resolve_paths, run_identity
 
     config = dict(config or {})
-    if given := [k for k in PER_RUN if k in config]:
+    named: dict[str, dict] = {}
+    for arm in arms:
+        if isinstance(arm, str):
+            arm = (arm, {"reward": arm})
+        if not (isinstance(arm, tuple) and len(arm) == 2 and isinstance(arm[0], str) and isinstance(arm[1], dict)):
+            raise ValueError(f"arms: {arm!r} is neither a reward kind nor a (name, TrainConfig overrides) pair")
+        name, over = arm
+        if not ARM_NAME.fullmatch(name):
+            raise ValueError(f"arms: name {name!r} must be letters, digits and _.+ (it names the run folders)")
+        if given := [k for k in PER_RUN[1:] if k in over]:
+            raise ValueError(f"arms: {name}: {', '.join(given)} is set per run by run_arms' seeds, steps and runs_dir")
+        if named.setdefault(name, over) != over:
+            raise ValueError(f"arms: two arms are named {name!r}")
+    # A reward kind as an arm sets the reward; with only named arms, `config` may set it for all of them.
+    per_run = PER_RUN if any(isinstance(a, str) for a in arms) else PER_RUN[1:]
+    if given := [k for k in per_run if k in config]:
         raise ValueError(f"config: {', '.join(given)} is set per run by run_arms' arms, seeds, steps and runs_dir")
     runs_dir = Path(runs_dir).resolve()
     base = asdict(load_config(None, **{"threads": 1, **config}, steps=steps))
-    cfgs = [load_config(None, **{**base, "reward": arm, "seed": seed}) for arm in dict.fromkeys(arms)
+    cfgs = [(name, load_config(None, **{**base, **over, "seed": seed})) for name, over in named.items()
             for seed in dict.fromkeys(seeds)]  # every value checked before anything is built or trained
-    paths = resolve_paths(cfgs[0], progress=progress) if cfgs else {}
     runs = []
-    for cfg in cfgs:
-        key = run_identity(cfg, paths)[1]
-        cfg.output_dir = str(runs_dir / f"{cfg.reward}-seed{cfg.seed}-{key}")
+    for arm, cfg in cfgs:
+        key = run_identity(cfg, resolve_paths(cfg, progress=progress))[1]  # the default assets are built once
+        cfg.output_dir = str(runs_dir / f"{arm}-seed{cfg.seed}-{key}")
         path = Path(cfg.output_dir)
         checkpoints = sorted((path / "checkpoints").glob("step_*[0-9]"))
         status = "reused" if finished(path, key, steps) else "resumed" if checkpoints else "trained"
         from_step = steps if status == "reused" else int(checkpoints[-1].name[5:]) if checkpoints else 0
-        runs.append({"arm": cfg.reward, "seed": cfg.seed, "status": status, "from_step": from_step, "path": path,
+        runs.append({"arm": arm, "seed": cfg.seed, "status": status, "from_step": from_step, "path": path,
                      "key": key, "cfg": cfg, "done": from_step})
 
     counts = Counter(r["status"] for r in runs)
@@ -117,6 +138,7 @@ def run_arms(arms: list[str], seeds: list[int], steps: int, runs_dir, config: di
                 run = pending.pop(0)
                 run["path"].mkdir(parents=True, exist_ok=True)
                 (run["path"] / "run_config.json").write_text(json.dumps(asdict(run["cfg"]), indent=1))
+                (run["path"] / "sweep.json").write_text(json.dumps({"arm": run["arm"], "seed": run["seed"]}))
                 cmd = [sys.executable, "-m", "ifcore", "train", "--config", str(run["path"] / "run_config.json")]
                 log = open(run["path"] / "train.log", "a")
                 log.write(f"$ {' '.join(cmd)}\n")
@@ -168,6 +190,9 @@ def run_arms(arms: list[str], seeds: list[int], steps: int, runs_dir, config: di
 
 
 def _arm_seed(path: Path) -> tuple[str, int]:
+    if (path / "sweep.json").is_file():  # written by run_arms: the arm's name
+        arm = json.loads((path / "sweep.json").read_text())
+        return arm["arm"], arm["seed"]
     identity = json.loads((path / "config.json").read_text())["identity"]
     return identity["reward"], identity["seed"]
 

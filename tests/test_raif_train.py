@@ -1,0 +1,406 @@
+"""RAIF in the embedded trainer (ifcore.train.grpo, notebook 02): paired no-think rollouts, superior-CoT
+enforcement (eq. 7 and the RAIF authors' per-sample variant) with its refills, behaviour cloning's masked loss
+(eq. 8), the warm start's plans, named sweep arms, and an exact resume of a RAIF run after a SIGKILL.
+
+The filter tests hand-build groups: `generate` is replaced by a table of responses per prompt, so every reward
+(scored for real by ifcore.rewards) and every keep decision is known in advance.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from ifcore import synth  # noqa: E402
+from ifcore.jsonl import JsonlError  # noqa: E402
+from ifcore.rewards import score_response  # noqa: E402
+from ifcore.schema import parse_label  # noqa: E402
+from ifcore.train import grpo  # noqa: E402
+from ifcore.train.grpo import TIMING_KEYS, load_config, read_references, rollout_groups, train  # noqa: E402
+from ifcore.train.model import EMPTY_THINK, train_tokenizer  # noqa: E402
+from ifcore.train.sft import (NOTHINK_PREFIX, RAIF_SYSTEM, WarmStartConfig, bc_loss, default_assets,  # noqa: E402
+                              expert_batch)
+
+REPO = Path(__file__).resolve().parents[1]
+
+# ---- hand-built groups ----------------------------------------------------------------------------------------
+
+# One instruction's two constraints: at most 3 words, at least 1. R_accuracy (RAIF eq. 5): both hold +2, one 0.5,
+# and a response without RAIF's tags fails the format: -2.
+CONSTRAINTS = parse_label([{"scope": [], "target": {"count": "word"}, "range": {"max": 3}},
+                           {"scope": [], "target": {"count": "word"}, "range": {"min": 1}}])
+GOOD, HALF, BROKEN = "a b", "a b c d e", None
+
+
+def cot(answer):
+    return "no tags at all" if answer is None else f"<think>\nwords <=3 -> 2\n</think>\n<answer>\n{answer}\n</answer>"
+
+
+def nothink(answer):  # the completion after NOTHINK_PREFIX
+    return "no tags at all" if answer is None else f"<answer>\n{answer}\n</answer>"
+
+
+# Each row: (its CoT rollouts, its no-think rollouts) for G = 4 with one no-think rollout.
+KEEP = ([GOOD, BROKEN, BROKEN], [GOOD])  # max CoT 2 >= min no-think 2
+DROP = ([HALF, BROKEN, BROKEN], [GOOD])  # 0.5 < 2: every reasoning rollout is worse
+TIE = ([BROKEN] * 3, [BROKEN])  # -2 >= -2: kept (eq. 7 is >=)
+
+
+class FakeGenerate:
+    """generate() answering from a table {instruction: (CoT answers, no-think answers)}; records every call."""
+
+    def __init__(self, table, greedy=None):
+        self.table, self.greedy, self.calls = table, greedy or {}, []
+
+    def __call__(self, model, tokenizer, prompts, max_new_tokens, device, autocast, sample, **settings):
+        self.calls.append({"model": model, "prompts": prompts, "sample": sample})
+        seen: dict = {}
+        texts = []
+        for p in prompts:
+            key = next(k for k in self.table if f"\n{k}<|im_end|>" in p)
+            if not sample:
+                texts.append(nothink(self.greedy[key]))
+                continue
+            no_think = p.endswith((NOTHINK_PREFIX, EMPTY_THINK))
+            i = seen[key, no_think] = seen.get((key, no_think), -1) + 1
+            texts.append(nothink(self.table[key][1][i]) if no_think else cot(self.table[key][0][i]))
+        n = len(prompts)
+        return (torch.zeros((n, 5), dtype=torch.long), torch.ones((n, 5), dtype=torch.long), 3,
+                torch.ones((n, 2), dtype=torch.bool), texts, [False] * n)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer([RAIF_SYSTEM, "ROW0 a b c", cot(GOOD), nothink(HALF)] * 20, 300)
+
+
+def _groups(monkeypatch, tokenizer, table, idx, greedy=None, references=None, **over):
+    fake = FakeGenerate(table, greedy)
+    monkeypatch.setattr(grpo, "generate", fake)
+    cfg = load_config(None, **{"reward": "raif", "prompts_per_step": len(idx), "group_size": 4, "nothink_share": 0.25,
+                               "superior_cot": "group", "refill_rounds": 2, "seed": 0, **over})
+    rows = [(name, CONSTRAINTS) for name in table]
+    got = rollout_groups("policy", "reference", tokenizer, rows, idx, references, cfg, "cpu", None, step=7)
+    return got, fake, rows
+
+
+def _replacements(n_rows, missing, round_, seed=0, step=7):
+    return [int(i) for i in np.random.default_rng([seed, step, round_]).choice(n_rows, missing, replace=False)]
+
+
+def test_superior_cot_drops_groups_whose_reasoning_is_worse_and_refills_them(monkeypatch, tokenizer):
+    table = {"ROW0": DROP, "ROW1": KEEP, "ROW2": KEEP, "ROW3": TIE, **{f"ROW{i}": KEEP for i in range(4, 8)}}
+    refill = _replacements(8, 1, round_=1)
+    assert refill != [0]  # the drawn replacement is a keepable row (else a second round would be drawn)
+    got, fake, rows = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3])
+    assert [r[0] for r in got["rows"]] == ["ROW1", "ROW2", "ROW3", f"ROW{refill[0]}"]
+    assert got["stats"].items() >= {"keep_ratio": 4 / 5, "groups_trained": 4, "refill_rounds": 1}.items()
+    assert [len(c["prompts"]) for c in fake.calls] == [16, 4]  # the refill samples only the missing group
+    # The kept rollouts, in group order, with their scores: ROW1's first CoT rollout earned the full reward.
+    assert len(got["texts"]) == len(got["scores"]) == len(got["seqs"]) == 16 and got["mask"].shape == (16, 2)
+    assert got["scores"][0]["reward"] == 3.0 and got["nothink"][:4] == [False, False, False, True]
+    # Over the step's own rows, before any filtering (the policy's behaviour, not the filter's choice):
+    rewards = {GOOD: 3.0, HALF: 1.5, BROKEN: -3.0}
+    cot_rewards = [rewards[a] for name in ("ROW0", "ROW1", "ROW2", "ROW3") for a in table[name][0]]
+    assert got["stats"]["cot_reward_mean"] == pytest.approx(np.mean(cot_rewards))
+    assert got["stats"]["nothink_reward_mean"] == pytest.approx(np.mean([3.0, 3.0, 3.0, -3.0]))
+
+
+def test_refills_stop_at_the_cap_and_the_step_may_train_nothing(monkeypatch, tokenizer):
+    table = {f"ROW{i}": DROP for i in range(6)}
+    got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], refill_rounds=2)
+    assert len(fake.calls) == 3 and got["rows"] == [] and len(got["seqs"]) == 0 and got["mask"].shape[0] == 0
+    assert got["stats"].items() >= {"keep_ratio": 0.0, "groups_trained": 0, "refill_rounds": 2}.items()
+    got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], refill_rounds=0)
+    assert len(fake.calls) == 1 and got["stats"]["refill_rounds"] == 0
+
+
+def test_without_enforcement_every_group_trains_and_keep_ratio_says_what_eq7_would_keep(monkeypatch, tokenizer):
+    table = {"ROW0": DROP, "ROW1": KEEP, "ROW2": KEEP, "ROW3": TIE}
+    got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], superior_cot="off")
+    assert len(fake.calls) == 1 and [r[0] for r in got["rows"]] == ["ROW0", "ROW1", "ROW2", "ROW3"]
+    assert got["stats"].items() >= {"keep_ratio": 3 / 4, "groups_trained": 4, "refill_rounds": 0}.items()
+
+
+def test_the_per_sample_variant_compares_with_the_reference_in_the_label_or_the_initial_policy(monkeypatch,
+                                                                                              tokenizer):
+    # No no-think rollouts: each group's best CoT rollout (HALF: 0.5) against its row's reference R_accuracy.
+    table = {f"ROW{i}": ([HALF, BROKEN, BROKEN, BROKEN], []) for i in range(4)}
+    references = [[True, True], [True, False], None, None]  # 2 (drop), 0.5 (keep), then the initial policy's
+    greedy = {"ROW2": GOOD, "ROW3": BROKEN}  # its greedy no-think answers: 2 (drop), -2 (keep)
+    got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], greedy=greedy, references=references,
+                           superior_cot="reference", nothink_share=0.0, refill_rounds=0)
+    assert [r[0] for r in got["rows"]] == ["ROW1", "ROW3"]
+    assert got["stats"].items() >= {"keep_ratio": 0.5, "groups_trained": 2}.items()
+    reference_calls = [c for c in fake.calls if not c["sample"]]
+    assert len(reference_calls) == 1 and reference_calls[0]["model"] == "reference"
+    assert [p.endswith(NOTHINK_PREFIX) for p in reference_calls[0]["prompts"]] == [True, True]
+    assert ["ROW2" in p for p in reference_calls[0]["prompts"]] == [True, False]
+
+
+def test_references_are_read_from_the_labels_and_checked(tmp_path):
+    label = {"constraints": [c.to_dict() for c in CONSTRAINTS]}
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"prompt": "a", "label": json.dumps({**label, "reference": [True, False]})}) + "\n"
+                    + json.dumps({"prompt": "b", "label": label}) + "\n")
+    assert read_references(str(path)) == [[True, False], None]
+    path.write_text(path.read_text() + json.dumps({"prompt": "c", "label": {**label, "reference": [True]}}) + "\n")
+    with pytest.raises(JsonlError, match=rf"{path}:3: label.reference: expected a list of 2 true/false values"):
+        read_references(str(path))
+
+
+# ---- paired rollouts --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("group_size, share, expected", [(4, 0.25, 1), (8, 0.25, 2), (6, 0.5, 3)])
+def test_paired_rollouts_give_the_requested_share_of_empty_think_prompts(monkeypatch, tokenizer, group_size, share,
+                                                                         expected):
+    table = {"ROW0": ([GOOD] * group_size, [GOOD] * group_size), "ROW1": ([GOOD] * group_size, [GOOD] * group_size)}
+    got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1], group_size=group_size, nothink_share=share)
+    flags = [p.endswith(NOTHINK_PREFIX) for p in fake.calls[0]["prompts"]]
+    assert flags == ([False] * (group_size - expected) + [True] * expected) * 2  # the last ones of each group
+    assert all(p.count(RAIF_SYSTEM) == 1 for p in fake.calls[0]["prompts"])  # RAIF's CoT prompt, both modes
+    # Scored with the empty think block put back, so RAIF's format gate passes the no-think answers.
+    assert all(s["format_ok"] for s in got["scores"])
+
+
+def test_paired_rollouts_outside_raif_use_the_templates_empty_think_block(monkeypatch, tokenizer):
+    _, fake, _ = _groups(monkeypatch, tokenizer, {"ROW0": KEEP}, [0], reward="ila")
+    assert [p.endswith(EMPTY_THINK) for p in fake.calls[0]["prompts"]] == [False, False, False, True]
+    assert not any(RAIF_SYSTEM in p for p in fake.calls[0]["prompts"])
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"nothink_share": 0.1}, "gives 0 no-think rollouts per group"),
+    ({"nothink_share": 0.9}, "gives 4 no-think rollouts"),
+    ({"nothink_share": 0.25, "think": False}, "pairing needs think true"),
+    ({"nothink_share": 1.0}, r"nothink_share: must be in \[0, 1\)"),
+    ({"superior_cot": "group"}, "set nothink_share"),
+    ({"superior_cot": "always"}, "one of off, group, reference"),
+    ({"refill_rounds": -1}, "at least 0"), ({"bc_coef": -0.1}, ">= 0"), ({"bc_batch": 0}, "at least 1"),
+    ({"bc_coef": 0.1, "reward": "scopeif"}, "default expert responses are in RAIF's format"),
+])
+def test_raif_options_are_checked_on_load(over, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(None, **{"reward": "raif", "group_size": 4, **over})
+
+
+# ---- behaviour cloning ------------------------------------------------------------------------------------------
+
+def test_expert_batch_masks_the_prompt_and_the_padding():
+    ids, attention, labels = expert_batch([([5, 6, 7, 8, 9], 3), ([1, 2, 3], 1)], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 8, 9], [1, 2, 3, 0, 0]]
+    assert attention.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    assert labels.tolist() == [[-100, -100, -100, 8, 9], [-100, 2, 3, -100, -100]]
+
+
+def test_bc_loss_is_the_nll_of_the_response_tokens_only():
+    torch.manual_seed(0)
+    _, _, labels = expert_batch([([5, 6, 7, 8, 9], 3), ([1, 2, 3], 1)], pad_id=0)
+    logits = torch.randn(2, 5, 10, dtype=torch.float64)
+    total, count = bc_loss(logits, labels)
+    logp = logits.log_softmax(-1)
+    # position t predicts token t + 1: row 0's targets 8, 9 from positions 2, 3; row 1's 2, 3 from positions 0, 1
+    by_hand = -(logp[0, 2, 8] + logp[0, 3, 9] + logp[1, 0, 2] + logp[1, 1, 3])
+    assert count.item() == 4 and total.item() == pytest.approx(by_hand.item())
+    # Logits that predict prompt tokens (or come after the response) change nothing; one that predicts a
+    # response token does.
+    moved = logits.clone()
+    moved[0, :2] += torch.randn(2, 10, dtype=torch.float64)
+    moved[0, 4] += 5.0
+    moved[1, 2:] += 3.0
+    assert bc_loss(moved, labels)[0].item() == pytest.approx(total.item())
+    moved[0, 2, 8] += 1.0
+    assert bc_loss(moved, labels)[0].item() < total.item()
+
+
+# ---- the warm start's plans and RAIF's format --------------------------------------------------------------------
+
+def test_the_plan_states_each_constraints_measured_target():
+    constraints = [{"scope": [{"unit": "paragraph", "select": "each"}], "target": {"count": "sentence"},
+                    "range": {"max": 2}},
+                   {"scope": [{"unit": "paragraph", "select": "at", "index": 0}],
+                    "target": {"count": "occurrence", "of": "river"}, "range": {"eq": 1}},
+                   {"scope": [], "target": {"count": "word"}, "range": {"min": 5, "max": 12}},
+                   {"scope": [{"unit": "paragraph", "select": "each"}], "target": {"count": "word"},
+                    "range": {"gt": "previous"}}]
+    witness = "The river runs. A bird sings.\n\nThe stone waits here now."
+    assert synth.plan(constraints, witness).splitlines() == [
+        "each paragraph: sentences <=2 -> 2 1", 'paragraph 1: "river" =1 -> 1', "response: words 5-12 -> 11",
+        "each paragraph: words > previous -> 5"]
+
+
+def test_expert_responses_satisfy_their_instruction_under_raifs_format_gate():
+    rng = random.Random(4)
+    for _ in range(100):
+        inst = synth.instruction(rng)
+        response = synth.raif_response(synth.plan(inst["constraints"], inst["witness"]), inst["witness"])
+        s = score_response(response, parse_label(inst["constraints"]), kind="raif", think="raif")
+        assert s["reward"] == 3.0 and s["answer"].strip() == inst["witness"], response
+    # RAIF's no-think rollouts end their prompt with the empty block that an expert response without reasoning has.
+    assert synth.raif_response("", "x").startswith(NOTHINK_PREFIX)
+
+
+def test_the_training_prompt_is_the_preliminary_studys_cot_prompt(tokenizer):
+    from ifcore.bench.cot_study import COT_SYSTEM, cot_messages
+
+    assert RAIF_SYSTEM == COT_SYSTEM  # one RAIF trigger for notebooks 01 and 02
+    from ifcore.train.sft import raif_prompt
+
+    assert raif_prompt(tokenizer, "Hi") == tokenizer.apply_chat_template(cot_messages("Hi"), tokenize=False,
+                                                                         add_generation_prompt=True)
+    assert raif_prompt(tokenizer, "Hi", nothink=True) == raif_prompt(tokenizer, "Hi") + "<think>\n\n</think>\n"
+
+
+def test_write_dataset_writes_the_expert_responses_of_the_training_prompts(tmp_path):
+    synth.write_dataset(tmp_path, n_train=20, n_test=5, seed=3)
+    train_rows = [json.loads(x) for x in (tmp_path / "train.jsonl").read_text().splitlines()]
+    experts = [json.loads(x) for x in (tmp_path / "expert.jsonl").read_text().splitlines()]
+    assert [e["prompt"] for e in experts] == [r["prompt"] for r in train_rows]
+    for row, e in zip(train_rows, experts):
+        assert score_response(e["response"], parse_label(row["label"]), kind="raif", think="raif")["reward"] == 3.0
+
+
+# ---- training: a tiny policy that has learnt RAIF's format ---------------------------------------------------------
+
+# Every warm-start pair in RAIF's format, so that 300 steps teach it (a quarter with the empty think block).
+TINY_MODEL = dict(vocab_size=1024, hidden_size=64, layers=1, heads=4, kv_heads=2, intermediate_size=128,
+                  max_positions=512, pairs=800, steps=300, batch_size=16, train_rows=64, test_rows=8, raif_share=1.0)
+RAIF_RUN = dict(reward="raif", prompts_per_step=4, group_size=4, max_new_tokens=80, micro_batch=16, eval_prompts=4,
+                eval_samples=1, eval_every=2, save_every=2, lr=1e-3, threads=1, nothink_share=0.25,
+                superior_cot="group", bc_coef=0.1, bc_batch=8)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("raif_cache")
+    before = os.environ.get("IFCORE_CACHE")
+    os.environ["IFCORE_CACHE"] = str(root)
+    try:
+        return default_assets(WarmStartConfig(**TINY_MODEL), progress=False)
+    finally:
+        if before is None:
+            del os.environ["IFCORE_CACHE"]
+        else:
+            os.environ["IFCORE_CACHE"] = before
+
+
+def _rows(metrics: Path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS}
+            for line in metrics.read_text().splitlines()]
+
+
+def _run(assets, out: Path, **over) -> list[dict]:
+    return _rows(train(load_config(None, **{**RAIF_RUN, **assets, "steps": 3, **over}, output_dir=str(out)),
+                       progress=False))
+
+
+@pytest.mark.slow
+def test_rollouts_of_several_rounds_merge_without_changing_their_log_probs(assets):
+    """Refills are separate generate calls (their own prompt and response widths); merged into one batch, every
+    rollout keeps its tokens, its response mask and its log-probabilities."""
+    from contextlib import nullcontext
+
+    from ifcore.train.grpo import _merge, _prompt, generate, read_rows, response_logprobs
+    from ifcore.train.model import load_policy
+
+    model, tokenizer = load_policy(assets["model"])
+    rows = read_rows(assets["test_data"])
+    cfg = load_config(None, reward="raif")
+    torch.manual_seed(0)
+    chunks = []
+    for prompts, new_tokens in (([rows[0][0], rows[1][0]], 40), ([rows[2][0] + " Be brief and clear."], 25)):
+        seqs, attention, n_prompt, mask, _, _ = generate(model, tokenizer, [_prompt(tokenizer, p, cfg) for p in prompts],
+                                                         new_tokens, "cpu", nullcontext(), sample=True)
+        chunks.append({"seqs": seqs, "attention": attention, "n_prompt": n_prompt, "mask": mask})
+    assert chunks[0]["n_prompt"] != chunks[1]["n_prompt"]
+    seqs, attention, n_prompt, mask = _merge(chunks, tokenizer.pad_token_id)
+    with torch.no_grad():
+        merged = response_logprobs(model, seqs, attention, n_prompt)[0]
+        row = 0
+        for c in chunks:
+            own = response_logprobs(model, c["seqs"], c["attention"], c["n_prompt"])[0]
+            k, t = own.shape
+            assert torch.equal(mask[row:row + k, :t], c["mask"]) and not mask[row:row + k, t:].any()
+            assert torch.equal(seqs[row:row + k, n_prompt:n_prompt + t], c["seqs"][:, c["n_prompt"]:])
+            assert torch.allclose(merged[row:row + k, :t][c["mask"]], own[c["mask"]], atol=1e-5)
+            row += k
+
+
+@pytest.mark.slow
+def test_a_raif_run_logs_its_keep_ratio_reasoning_and_bc_loss(assets, tmp_path):
+    rows = _run(assets, tmp_path / "run")
+    evals = [r for r in rows if r["type"] == "eval"]
+    rows = [r for r in rows if r["type"] == "train"]
+    for r in rows:
+        assert 0 <= r["keep_ratio"] <= 1 and 0 <= r["groups_trained"] <= 4 and 0 <= r["refill_rounds"] <= 2
+        assert r["reasoning_tokens"] > 0 and r["bc_loss"] > 0 and r["nothink_reward_mean"] is not None
+    # The tiny policy writes RAIF's format often enough for rewards above the format failure's -3.
+    assert max(r["cot_reward_mean"] for r in rows) > -3 and max(r["nothink_reward_mean"] for r in rows) > -3
+    assert evals[0]["eval_reasoning_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_behaviour_cloning_pulls_the_policy_to_the_expert(assets, tmp_path):
+    # The same 8 expert pairs each step (bc_batch covers the file). Against a run whose BC term is negligible (same
+    # seed, so the same first rollouts), minimizing bc_coef x NLL leaves the experts more likely after a few steps.
+    experts = tmp_path / "expert.jsonl"
+    experts.write_text("".join(Path(assets["bc_data"]).read_text().splitlines(keepends=True)[:8]))
+    bc = {}
+    for coef in (1e-6, 1.0):
+        rows = [r for r in _run({**assets, "bc_data": str(experts)}, tmp_path / f"run{coef}", bc_coef=coef,
+                                superior_cot="off", nothink_share=0.0, steps=4) if r["type"] == "train"]
+        bc[coef] = [r["bc_loss"] for r in rows]
+    assert bc[1e-6][0] == pytest.approx(bc[1.0][0])  # the same policy before any update
+    assert bc[1.0][-1] < bc[1e-6][-1] and bc[1.0][-1] < bc[1.0][0]
+
+
+@pytest.mark.slow
+def test_a_killed_raif_run_resumes_exactly(assets, tmp_path):
+    steps = 5
+    uninterrupted = _run(assets, tmp_path / "whole", steps=steps)
+    assert any(r.get("refill_rounds") for r in uninterrupted), "no refill happened: the test would miss them"
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({**RAIF_RUN, **assets, "steps": steps, "output_dir": str(tmp_path / "killed")}))
+    cmd = [sys.executable, "-m", "ifcore", "train", "--config", str(config)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    deadline = time.time() + 300
+    # Killed once step 3 is logged: after the step-2 checkpoint, with a row that the checkpoint does not cover.
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and '"type": "train", "step": 3,' in metrics.read_text():
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    assert proc.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert _rows(metrics) == uninterrupted
+    assert (tmp_path / "killed" / "rollouts.jsonl").read_text() == (tmp_path / "whole" / "rollouts.jsonl").read_text()
+
+
+# ---- named sweep arms -------------------------------------------------------------------------------------------------
+
+def test_named_arms_are_checked_before_anything_starts(tmp_path):
+    from ifcore.train.sweep import run_arms
+
+    runs_dir = tmp_path / "runs"
+    for arms, config, match in [
+        ([("grpo", {"seed": 3})], {}, "grpo: seed is set per run"),
+        ([("a b", {})], {}, "must be letters, digits"), ([("a-seed1", {})], {}, "must be letters, digits"),
+        ([("x", {"superior_cot": "yes"})], {}, "superior_cot"), ([("x", {}), ("x", {"lr": 1.0})], {}, "two arms"),
+        ([["x", {}]], {}, "neither a reward kind nor"), (["ila", ("x", {})], {"reward": "raif"}, "config: reward"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            run_arms(arms, [0], 2, runs_dir, config=config, progress=False)
+    assert not runs_dir.exists()

@@ -1,0 +1,497 @@
+"""RTT (issue 12): relevance labels from the verifier through the annotation taxonomy (RTT app. C.3), their
+alignment to the tokens of two different tokenizers, minimal modifications that break exactly one constraint, the
+discriminator (input format, the cut at the first special token, save/load, training), and RTT-GRPO in the
+embedded trainer: token advantages that never mix responses (the authors' reshape bug), beta = 0 equal to GRPO,
+and an exact resume after a SIGKILL.
+
+Models are tiny: a ~20k-parameter policy warm-started for a few dozen steps on synthetic pairs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ifcore import synth
+from ifcore.rtt_labels import GLOBAL, LOCAL_NEGATIVE, LOCAL_POSITIVE, relevant_spans, taxonomy, token_labels
+from ifcore.schema import Constraint
+from ifcore.text import reasoning_end
+from ifcore.verify import verify, verify_all
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from ifcore.advantages import token_rtt  # noqa: E402
+from ifcore.train import rtt  # noqa: E402
+from ifcore.train.grpo import TIMING_KEYS, load_config, train  # noqa: E402
+from ifcore.train.model import EMPTY_THINK, train_tokenizer  # noqa: E402
+from ifcore.train.sft import WarmStartConfig, warm_start  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread, as each sweep run gets: on a busy 2-core machine two threads mostly wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---- the taxonomy: one case per row of the rule table ----------------------------------------------------------------
+
+def _c(target, range_, scope=None):
+    return Constraint.from_dict({"scope": scope or [], "target": target, "range": range_})
+
+
+FIRST_PARAGRAPH = [{"unit": "paragraph", "select": "at", "index": 0}]
+CASES = [
+    # Checklist / Presence and Pattern / Boundary: something must be there
+    ({"has": ["river", "stone"]}, {"eq": 2}, None, LOCAL_POSITIVE),
+    ({"starts_with": "The"}, {"eq": 1}, None, LOCAL_POSITIVE),
+    ({"ends_with": "."}, {"eq": 1}, [{"unit": "sentence", "select": "each"}], LOCAL_POSITIVE),
+    ({"wrapped": ["(", ")"]}, {"eq": 1}, None, LOCAL_POSITIVE),
+    # Prohibition: any count whose range admits only 0
+    ({"count": "occurrence", "of": "river"}, {"eq": 0}, None, LOCAL_NEGATIVE),
+    ({"count": "class", "of": "digit"}, {"max": 0}, FIRST_PARAGRAPH, LOCAL_NEGATIVE),
+    ({"matches": "!"}, {"lt": 1}, None, LOCAL_NEGATIVE),
+    ({"count": "block", "kind": "list"}, {"eq": 0}, None, LOCAL_NEGATIVE),
+    # locatable counts: a lower bound only asks for presence, an upper bound only forbids excess
+    ({"count": "occurrence", "of": "river"}, {"min": 2}, None, LOCAL_POSITIVE),
+    ({"count": "occurrence", "any_of": ["a", "b"]}, {"gt": 0}, None, LOCAL_POSITIVE),
+    ({"count": "element", "kind": "heading"}, {"ge": 1}, None, LOCAL_POSITIVE),
+    ({"count": "class", "of": "uppercase_word"}, {"max": 3}, None, LOCAL_NEGATIVE),
+    ({"count": "occurrence", "of": "river"}, {"min": 0, "max": 2}, None, LOCAL_NEGATIVE),
+    # both bounds: a frequency, judged on the whole
+    ({"count": "occurrence", "of": "river"}, {"eq": 2}, None, GLOBAL),
+    ({"count": "class", "of": "digit"}, {"min": 1, "max": 4}, None, GLOBAL),
+    # unit counts, structure and relations: the response (or the scope's segments) as a whole
+    ({"count": "word"}, {"max": 50}, None, GLOBAL),
+    ({"count": "word"}, {"min": 5}, FIRST_PARAGRAPH, GLOBAL),
+    ({"count": "sentence"}, {"eq": 3}, None, GLOBAL),
+    ({"sorted": "alphabetical", "unit": "sentence"}, {"eq": 0}, None, GLOBAL),  # an ordering: the list as a whole
+    ({"chain": "last_first", "unit": "sentence"}, {"min": 1}, None, GLOBAL),
+    ({"valid": "json"}, {"eq": 1}, None, GLOBAL),
+    ({"count": "occurrence", "of": "river"}, {"gt": {"target": {"count": "occurrence", "of": "stone"}}}, None, GLOBAL),
+    ({"count": "word"}, {"gt": "previous"}, [{"unit": "paragraph", "select": "each"}], GLOBAL),
+]
+
+
+@pytest.mark.parametrize("target, range_, scope, expected", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_taxonomy_rule_table(target, range_, scope, expected):
+    assert taxonomy(_c(target, range_, scope)) == expected
+    assert taxonomy(_c(target, range_, scope).to_dict()) == expected  # dicts are read the same
+
+
+RESPONSE = EMPTY_THINK + "The river runs slowly. A cold river waits 7 times!\n\nThe stone falls."
+ANSWER = RESPONSE[len(EMPTY_THINK):]
+
+
+def _relevant(target, range_, scope=None) -> tuple[bool, list[str]]:
+    c = _c(target, range_, scope)
+    v = verify(c, RESPONSE)
+    return v.satisfied, [RESPONSE[a:b] for a, b in relevant_spans(c, v)]
+
+
+def test_global_marks_every_answer_token_and_nothing_of_the_think_block():
+    for range_ in ({"max": 50}, {"max": 3}):  # satisfied and violated alike
+        assert _relevant({"count": "word"}, range_)[1] == [ANSWER]
+
+
+def test_global_over_a_scope_marks_the_segments_it_selects():
+    assert _relevant({"count": "word"}, {"max": 3}, FIRST_PARAGRAPH) == (
+        False, ["The river runs slowly. A cold river waits 7 times!"])
+    assert _relevant({"count": "word"}, {"min": 1}, [{"unit": "paragraph", "select": "at", "index": -1}]) == (
+        True, ["The stone falls."])
+
+
+def test_local_positive_marks_what_satisfies_it_and_nothing_when_violated():
+    assert _relevant({"count": "occurrence", "of": "river"}, {"min": 1}) == (True, ["river", "river"])
+    assert _relevant({"count": "occurrence", "of": "river"}, {"min": 3}) == (False, [])
+    assert _relevant({"has": ["stone", "cold"]}, {"eq": 2}) == (True, ["cold", "stone"])
+    assert _relevant({"has": ["stone", "snow"]}, {"eq": 2}) == (False, [])
+    assert _relevant({"starts_with": "The"}, {"eq": 1}, [{"unit": "paragraph", "select": "each"}]) == (
+        True, ["The", "The"])
+
+
+def test_local_negative_marks_what_violates_it_and_nothing_when_satisfied():
+    assert _relevant({"count": "class", "of": "digit"}, {"eq": 0}) == (False, ["7"])
+    assert _relevant({"matches": "!"}, {"max": 0}) == (False, ["!"])
+    assert _relevant({"count": "occurrence", "of": "snow"}, {"eq": 0}) == (True, [])
+    # Only the segments that break it: the first paragraph has two rivers, the last none.
+    assert _relevant({"count": "occurrence", "of": "river"}, {"max": 1}, [{"unit": "paragraph", "select": "each"}]
+                     ) == (False, ["river", "river"])
+    assert _relevant({"count": "occurrence", "of": "river"}, {"max": 2}) == (True, [])
+
+
+# ---- alignment to tokens ---------------------------------------------------------------------------------------------
+
+def test_token_labels_by_hand():
+    offsets = [(0, 0), (0, 3), (3, 9), (9, 10), (10, 10), (10, 16)]  # a special token, pieces, an empty byte piece
+    assert token_labels([(4, 9)], offsets) == [0, 0, 1, 0, 0, 0]
+    assert token_labels([(2, 4), (15, 16)], offsets) == [0, 1, 1, 0, 0, 1]  # any character is enough
+    assert token_labels([(9, 10), (9, 10)], offsets) == [0, 0, 0, 1, 0, 0]
+    assert token_labels([], offsets) == [0] * 6
+    assert token_labels([(3, 9)], list(reversed(offsets))) == [0, 0, 0, 1, 0, 0]  # offsets in any order
+
+
+WORDS = ["river", "stone", "cold", "light", "The", "A", "runs", "slowly", "7", "times", "NOW", "déjà", "vu", "🙂"]
+
+
+def _bpe():
+    texts = [" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(200)]
+    return train_tokenizer(texts, vocab_size=300)
+
+
+def _wordpiece():
+    """A second, different tokenizer trained here: WordPiece over whitespace/punctuation pre-tokens (no spaces
+    inside tokens, unlike the byte-level BPE)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator([" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(200)],
+                            trainers.WordPieceTrainer(vocab_size=120, special_tokens=["[UNK]", "[PAD]"]))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]")
+
+
+TOKENIZERS = {"byte-level BPE": _bpe(), "WordPiece": _wordpiece()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=20),
+       seps=st.lists(st.sampled_from([" ", "  ", "\n", ", ", ".\n\n"]), min_size=20, max_size=20),
+       picked=st.sets(st.integers(0, 19)))
+def test_alignment_agrees_across_two_tokenizers(words, seps, picked):
+    """Whatever the tokenizer, the tokens labelled 1 are exactly those that touch a relevant character: every
+    character of a relevant word lies in a labelled token, and no labelled token lies outside the relevant words."""
+    text, spans = "", []
+    for i, (w, sep) in enumerate(zip(words, seps)):
+        if i in picked:
+            spans.append((len(text), len(text) + len(w)))
+        text += w + sep
+    relevant = {k for a, b in spans for k in range(a, b)}
+    for name, tok in TOKENIZERS.items():
+        offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True).offset_mapping
+        labels = token_labels(spans, offsets)
+        covered = {k for (a, b), y in zip(offsets, labels) if y for k in range(a, b)}
+        assert relevant <= covered, name
+        for (a, b), y in zip(offsets, labels):
+            assert y == int(bool(set(range(a, b)) & relevant)), (name, text[a:b])
+
+
+@pytest.mark.slow
+def test_alignment_with_smollm2s_tokenizer():
+    from transformers import AutoTokenizer
+
+    from ifcore.infer.registry import resolve
+
+    try:
+        tok = AutoTokenizer.from_pretrained(resolve("smollm2-135m"))
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    text = "The river runs slowly. A cold river waits 7 times!"
+    offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True).offset_mapping
+    c = _c({"count": "occurrence", "of": "river"}, {"min": 1})
+    labels = token_labels(relevant_spans(c, verify(c, text)), offsets)
+    assert {text[a:b].strip() for (a, b), y in zip(offsets, labels) if y} == {"river"}
+
+
+# ---- minimal modifications and omission ------------------------------------------------------------------------------
+
+def test_minimal_modifications_break_exactly_one_constraint():
+    rng = random.Random(3)
+    vocab = synth.vocabulary("tiny")
+    words = vocab["nouns"] + vocab["adjs"] + synth.SHOUT
+    found = 0
+    for _ in range(40):
+        inst = synth.instruction(rng)
+        cs = [Constraint.from_dict(c) for c in inst["constraints"]]
+        for k in range(len(cs)):
+            new = rtt.minimal_violation(cs, inst["witness"], k, rng, words)
+            if new is None:
+                continue
+            found += 1
+            sat = [v.satisfied for v in verify_all(cs, new)]
+            assert not sat[k] and all(s for j, s in enumerate(sat) if j != k), (inst["witness"], new)
+    assert found >= 40  # most constraints of most instructions can be broken alone
+
+
+def test_constraint_omission_drops_its_sentence():
+    inst = synth.instruction(random.Random(5), k=2)
+    cs = [Constraint.from_dict(c) for c in inst["constraints"]]
+    prompt = rtt.without_constraint(inst["prompt"], cs[0])
+    assert cs[0].text not in prompt and cs[1].text in prompt and prompt.startswith("Write")
+
+
+# ---- the discriminator -----------------------------------------------------------------------------------------------
+
+TINY = dict(vocab_size=320, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64, max_positions=512,
+            pairs=300, steps=30, batch_size=16, lr=3e-3, train_rows=64, test_rows=8)
+TINY_RUN = dict(prompts_per_step=4, group_size=4, max_new_tokens=24, micro_batch=8, eval_prompts=8, eval_samples=1,
+                eval_every=2, save_every=2, lr=1e-3, threads=1)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rtt_assets")
+    policy = warm_start(synth.sft_pairs(300, seed=1), WarmStartConfig(**TINY), root / "policy", progress=False)
+    paths = {"model": str(policy)}
+    for name, n, seed in (("train_data", 64, 0), ("test_data", 8, 9)):
+        path = root / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in synth.dataset(n, seed)))
+        paths[name] = str(path)
+    cfg = rtt.DiscConfig(instructions=30, steps=20, batch_size=8, eval_every=10, max_new_tokens=24)
+    paths["disc"] = str(rtt.train_discriminator(cfg, policy, root, progress=False))
+    return paths
+
+
+def test_discriminator_input_is_rtts_prompt_then_the_cut_response(assets):
+    disc = rtt.Discriminator.from_pretrained(assets["disc"])
+    tok = disc.tokenizer
+    response = tok("The river runs.", add_special_tokens=False).input_ids
+    tail = [tok.eos_token_id, tok.pad_token_id] + response  # anything after the first special token is not read
+    assert disc.cut(response + tail) == response
+    prompt = disc.prompt_ids("Use the word river.")
+    assert tok.decode(prompt) == ("Identify which tokens in the response are relevant to the criteria.\n\n"
+                                  "Criteria: Use the word river.\n\nResponse:\n\n")
+    p = disc.relevance(["Use the word river."] * 2, [response, response + tail])
+    assert len(p[0]) == len(response) and np.array_equal(p[0], p[1])
+    # The batched pass with each criteria prompt encoded once is the plain pass over prompt + response, one by one.
+    rng = random.Random(0)
+    words = ["The", "river", "runs", "7", "!", "NOW", "\n\n", "stone"]
+    responses = [tok(" ".join(rng.choices(words, k=rng.randint(0, 30))), add_special_tokens=False).input_ids
+                 + [tok.eos_token_id] for _ in range(12)]
+    criteria = [rng.choice(["Use the word river.", "No digits.", "Each sentence has at most 9 words."])
+                for _ in responses]
+    batched = disc.relevance(criteria, responses, batch_size=5)
+    for c, r, p in zip(criteria, responses, batched):
+        prompt = disc.prompt_ids(c)
+        plain = disc.probabilities([(prompt + r[:-1], len(prompt))])[0]
+        assert len(p) == len(r) - 1
+        np.testing.assert_allclose(p, plain, atol=1e-5)
+
+
+def test_discriminator_saves_and_loads_with_its_head(assets, tmp_path):
+    disc = rtt.Discriminator.from_pretrained(assets["disc"])
+    ids = disc.tokenizer("The river runs.", add_special_tokens=False).input_ids
+    before = disc.relevance(["Use the word river."], [ids])[0]
+    with torch.no_grad():
+        disc.score.weight.mul_(-1)  # a head that is not the saved one
+    disc.save_pretrained(tmp_path / "d")
+    again = rtt.Discriminator.from_pretrained(tmp_path / "d").relevance(["Use the word river."], [ids])[0]
+    np.testing.assert_allclose(again, 1 - before, atol=1e-5)  # sigmoid(-s) = 1 - sigmoid(s): the head came back
+    assert disc.score.bias is None and disc.score.out_features == 1
+    with pytest.raises(FileNotFoundError, match="not a saved RTT discriminator"):
+        rtt.Discriminator.from_pretrained(assets["model"])
+
+
+def test_the_build_saves_its_pairs_log_and_evaluation(assets):
+    report = rtt.load_report(assets["disc"])
+    pairs = report["pairs"]
+    assert {p["source"] for p in pairs} == {"witness", "modified", "policy", "omission"}
+    assert {p["split"] for p in pairs} == {"train", "test"}
+    test_instructions = {p["instruction"] for p in pairs if p["split"] == "test"}
+    assert not test_instructions & {p["instruction"] for p in pairs if p["split"] == "train"}  # split by instruction
+    for p in pairs:
+        if p["source"] in ("witness", "modified"):
+            assert p["response"].startswith(EMPTY_THINK)  # as the policy writes it in think mode
+        start = reasoning_end(p["response"])  # the think block is never relevant
+        assert all(start <= a < b <= len(p["response"]) for a, b in p["spans"])
+    assert report["log"][-1]["step"] == 20 and "eval_auroc" in report["log"][-1]
+    table = report["eval"]
+    assert set(table["method"]) == {"discriminator", "uniform", "random", "lexical overlap"}
+    uniform = table[(table["method"] == "uniform") & (table["group"] == "all")].iloc[0]
+    assert uniform["auroc"] == 0.5  # every token p = 1: all ties
+
+
+def test_auroc_and_f1_by_hand():
+    assert rtt.auroc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.75
+    assert rtt.auroc([1, 1, 1], [0, 1, 1]) == 0.5
+    assert np.isnan(rtt.auroc([0.2, 0.3], [1, 1]))
+    assert rtt.f1([0.9, 0.6, 0.1, 0.2], [1, 0, 1, 0]) == 0.5
+
+
+def test_fit_lowers_the_held_out_loss(assets):
+    report = rtt.load_report(assets["disc"])
+    disc = rtt.Discriminator.from_backbone(assets["model"], seed=0)
+    enc = [rtt.encode(disc, p) for p in report["pairs"]]
+    train_enc = [e for p, e in zip(report["pairs"], enc) if p["split"] == "train"]
+    held = [e for p, e in zip(report["pairs"], enc) if p["split"] == "test"]
+    log = rtt.fit(disc, train_enc, steps=30, batch_size=16, lr=3e-3, held_out=held, eval_every=1, progress=False)
+    assert log[-1]["eval_loss"] < log[0]["eval_loss"] - 0.05
+
+
+# ---- RTT-GRPO's token advantages -------------------------------------------------------------------------------------
+
+def _group(disc, n=3, seed=0):
+    rng = random.Random(seed)
+    ids = [disc.tokenizer(rng.choice(["", EMPTY_THINK]) + " ".join(rng.choices(["river", "stone", "cold", "7", "!"],
+                                                                               k=rng.randint(3, 9))),
+                          add_special_tokens=False).input_ids + [disc.tokenizer.eos_token_id] for _ in range(n)]
+    width = max(map(len, ids)) + 2
+    response = torch.full((n, width), disc.tokenizer.pad_token_id)
+    mask = torch.zeros((n, width), dtype=torch.bool)
+    for i, r in enumerate(ids):
+        response[i, :len(r)] = torch.tensor(r)
+        mask[i, :len(r)] = True
+    criteria = [["Do not use digits.", "Use the word river."]] * n
+    satisfied = [[rng.random() < 0.5, rng.random() < 0.5] for _ in range(n)]
+    return response, mask, criteria, satisfied
+
+
+def authors_token_advantages(relevance, satisfied):
+    """The authors' normalization: scores [G, C, T] reshaped (not permuted) to [C, G, T], normalized per (c, g)
+    row over T, averaged over the first axis. Only for equal lengths; kept to show the test below can fail."""
+    score = 2.0 * (np.asarray(satisfied, dtype=float) - 0.5)  # [G, C]
+    r = np.stack(relevance).transpose(0, 2, 1) * score[:, :, None]  # [G, C, T]
+    g, c, t = r.shape
+    x = r.reshape(c, g, t)  # the bug: a view with the axes' sizes swapped, not the axes
+    z = (x - x.mean(-1, keepdims=True)) / np.where(x.std(-1, keepdims=True) > 0, x.std(-1, keepdims=True), 1)
+    return list(z.mean(0))
+
+
+def test_each_responses_token_advantage_depends_only_on_its_own_rows(assets):
+    """The reshape-bug regression: change another response of the group (its tokens and verdicts) and a response's
+    intra-sample token advantages stay exactly what they were; the authors' reshape fails this."""
+    disc = rtt.Discriminator.from_pretrained(assets["disc"])
+    response, mask, criteria, satisfied = _group(disc)
+    adv = np.array([[0.5, -1.0, 0.5]])
+    first, _ = rtt.token_advantages("rtt", response, mask, criteria, satisfied, adv, 1.0, 0.5, disc.tokenizer, disc)
+    other, omask, _, osat = _group(disc, seed=1)
+    response2, mask2 = response.clone(), mask.clone()
+    width = min(response.shape[1], other.shape[1])
+    response2[2, :width], mask2[2, :width] = other[2, :width], omask[2, :width]
+    mask2[2, width:] = False
+    satisfied2 = satisfied[:2] + [[not s for s in satisfied[2]]]
+    second, _ = rtt.token_advantages("rtt", response2, mask2, criteria, satisfied2, adv, 1.0, 0.5, disc.tokenizer, disc)
+    assert torch.equal(first[:2], second[:2])
+    assert not torch.equal(first[2], second[2])
+    # The authors' reshape, on equal-length rows: response 0's or 1's advantages move when only response 2 changed.
+    rel = [np.random.default_rng(i).random((6, 2)) for i in range(3)]
+    rel2 = rel[:2] + [np.random.default_rng(9).random((6, 2))]
+    sat = [[True, False], [False, True], [True, True]]
+    theirs = [authors_token_advantages(r, sat) for r in (rel, rel2)]
+    assert not all(np.allclose(a, b) for a, b in zip(theirs[0][:2], theirs[1][:2]))
+    ours = [token_rtt(r, sat, [0.0] * 3, alpha=0.0, beta=1.0) for r in (rel, rel2)]
+    for a, b in zip(ours[0][:2], ours[1][:2]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_token_advantage_modes(assets):
+    disc = rtt.Discriminator.from_pretrained(assets["disc"])
+    response, mask, criteria, satisfied = _group(disc, n=4)
+    adv = np.array([[1.0, -1.0], [0.5, -0.5]])  # two groups of two
+    broadcast = torch.tensor(adv.reshape(-1, 1), dtype=torch.float32).expand(mask.shape) * mask
+    answer = rtt.answer_tokens(disc.tokenizer, response, mask)
+    for mode in ("rtt", "rtt_inter", "uniform", "random"):
+        out, seconds = rtt.token_advantages(mode, response, mask, criteria, satisfied, adv, 1.0, 0.5, disc.tokenizer,
+                                            disc, np.random.default_rng(0))
+        assert out.shape == mask.shape and (out[~mask] == 0).all()
+        assert (seconds > 0) == mode.startswith("rtt")
+        # The think block and the end of turn are format, not answer: the response advantage alone.
+        assert torch.equal(out[mask & ~answer], broadcast[mask & ~answer])
+        if mode == "uniform":  # p = 1 everywhere: A_tok = 0, the response advantage on every token
+            assert torch.equal(out, broadcast)
+        else:  # token-level credit: the tokens of an answer do not all get the same advantage
+            assert any(out[i][answer[i]].std() > 0 for i in range(len(out)))
+    zero_beta, _ = rtt.token_advantages("rtt", response, mask, criteria, satisfied, adv, 1.0, 0.0, disc.tokenizer,
+                                        disc)
+    assert torch.equal(zero_beta, broadcast)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        rtt.token_advantages("broadcast", response, mask, criteria, satisfied, adv, 1.0, 0.5, disc.tokenizer, disc)
+
+
+def test_answer_tokens_are_after_the_think_block_and_before_the_end_of_turn(assets):
+    tok = rtt.Discriminator.from_pretrained(assets["disc"]).tokenizer
+    ids = tok(EMPTY_THINK + "The river runs.", add_special_tokens=False).input_ids
+    n_think = ids.index(tok.convert_tokens_to_ids("</think>")) + 1  # the answer starts right after </think>
+    short = tok("A river.", add_special_tokens=False).input_ids + [tok.eos_token_id]
+    width = max(len(ids), len(short)) + 2
+    response = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in (ids + [tok.eos_token_id], short)])
+    mask = torch.zeros_like(response, dtype=torch.bool)
+    mask[0, :len(ids) + 1] = True
+    mask[1, :len(short)] = True
+    answer = rtt.answer_tokens(tok, response, mask)
+    assert answer[0].tolist() == [False] * n_think + [True] * (len(ids) - n_think) + [False] * (width - len(ids))
+    assert tok.decode(response[0][answer[0]]).strip() == "The river runs."
+    assert tok.decode(response[1][answer[1]]) == "A river."  # no think block: the whole response before the end
+
+
+# ---- RTT-GRPO in the trainer -----------------------------------------------------------------------------------------
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _train(assets, out, **over) -> list[dict]:
+    data = {k: assets[k] for k in ("model", "train_data", "test_data")}
+    cfg = load_config(None, **{**TINY_RUN, "steps": 3, **over}, output_dir=str(out), **data)
+    return _rows(train(cfg, progress=False))
+
+
+def test_rtt_grpo_with_beta_zero_is_grpo(assets, tmp_path):
+    grpo = _train(assets, tmp_path / "grpo")
+    zero = _train(assets, tmp_path / "rtt0", token_advantages="rtt", rtt_beta=0.0, rtt_discriminator=assets["disc"])
+    assert len(grpo) == len(zero)
+    for a, b in zip(grpo, zero):
+        extra = {k: b.pop(k) for k in ("rtt_seconds", "token_adv_std") if k in b}
+        assert {k: v for k, v in a.items() if k not in TIMING_KEYS} == {k: v for k, v in b.items()
+                                                                         if k not in TIMING_KEYS}
+        if b["type"] == "train":
+            assert extra["token_adv_std"] < 1e-6 and extra["rtt_seconds"] > 0
+    # and beta > 0 is not GRPO: the token advantages move the policy differently
+    half = _train(assets, tmp_path / "rtt", token_advantages="rtt", rtt_discriminator=assets["disc"])
+    assert [r.get("loss") for r in half] != [r.get("loss") for r in grpo]
+    assert all(r["token_adv_std"] > 0 for r in half if r["type"] == "train")
+
+
+def test_rtt_settings_are_checked(assets, tmp_path):
+    with pytest.raises(ValueError, match="rtt_discriminator: token_advantages rtt needs a discriminator"):
+        load_config(None, token_advantages="rtt")
+    with pytest.raises(ValueError, match="token_advantages: must be one of broadcast, rtt, rtt_inter"):
+        load_config(None, token_advantages="tokens")
+    with pytest.raises(ValueError, match="rtt_beta: must be a finite number >= 0"):
+        load_config(None, rtt_beta=-1)
+    # A discriminator of another tokenizer cannot read the policy's token ids.
+    other = rtt.Discriminator(rtt.Discriminator.from_pretrained(assets["disc"]).backbone, _bpe())
+    other.save_pretrained(tmp_path / "other")
+    with pytest.raises(ValueError, match="its tokenizer differs from the policy's"):
+        _train(assets, tmp_path / "run", token_advantages="rtt", rtt_discriminator=str(tmp_path / "other"), steps=1)
+
+
+@pytest.mark.slow
+def test_killed_rtt_run_resumes_exactly(assets, tmp_path):
+    steps = 6
+    over = {"token_advantages": "rtt", "rtt_discriminator": assets["disc"]}
+    whole = _train(assets, tmp_path / "whole", steps=steps, **over)
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({**TINY_RUN, **over, **{k: assets[k] for k in ("model", "train_data", "test_data")}}))
+    cmd = [sys.executable, "-m", "ifcore", "train", "--steps", str(steps), "--output-dir", str(tmp_path / "killed"),
+           "--config", str(config)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None:  # killed once step 3 is logged, past the step-2 checkpoint
+        if metrics.exists() and '"type": "train", "step": 3,' in metrics.read_text():
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    assert proc.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
+    subprocess.run(cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]  # noqa: E731
+    assert strip(_rows(metrics)) == strip(whole)
