@@ -24,9 +24,14 @@ condition, and `matches`):
 GLOBAL marks every token of the segments the scope selects: the whole answer for a Global scope (the paper's
 "all_relevant"), the selected paragraph for "the first paragraph has at most 20 words", and so on; the think
 block is never relevant. Pure Python; the core imports no torch.
+
+For a constraint the schema does not express, RTT's own LLM annotator is here too: `annotation_prompt` (its full
+annotation prompt, app. C.4) and `parse_annotation` (its JSON answer to character spans); the call through a model
+or an OpenAI-compatible server is `ifcore.train.rtt.llm_labels`.
 """
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 
@@ -116,3 +121,71 @@ def token_labels(spans: Sequence[Span], offsets: Sequence[Span]) -> list[int]:
         # spans are disjoint and sorted; a token [a, b) overlaps one when some span starts before b and ends after a
         labels[i] = int(b > a and k < len(spans) and spans[k][0] < b)
     return labels
+
+
+# RTT app. C.4, "Full annotation prompt", verbatim but for its typographic quotes (straight ones here, so that the
+# JSON it asks for is the JSON it shows).
+ANNOTATION_PROMPT = """You are a training data annotator for a token-level discriminator model. Your task is to classify the Criteria and label which tokens in the Response are relevant to it.
+
+Criteria: {criteria}
+
+Response: {response}
+
+Please follow these steps:
+Step 1: Scope Classification
+Determine whether this criteria is GLOBAL or LOCAL:
+- GLOBAL: The criteria applies to ALL tokens of the response as a whole (e.g., language/writing style requirement, tone requirement, word count limit, paragraph count limit, overall format/structure requirement, topic requirement, count, frequency, or numeric threshold)
+- LOCAL: The criteria only concerns SPECIFIC parts of the response (e.g., a specific phrase must appear, a specific section must exist, certain keywords must/must not be used, a particular element must be included/excluded)
+Step 2: Polarity Classification
+If criteria is LOCAL, then determine whether this criteria is POSITIVE or NEGATIVE:
+- POSITIVE: Requires something to be present or done (e.g., "must include X", "should start with Y", "the first paragraph should be X")
+- NEGATIVE: Requires something to be absent or avoided (e.g., "do not use X", "must not include Y", "exclude the word Z", "avoid mentioning W")
+Step 3: Output
+- If GLOBAL, then output: {{"type": "all_relevant"}}
+- If LOCAL + POSITIVE:
+If relevant text segments EXIST in the response (i.e., the criteria IS satisfied by some portion of the text), then output: {{"type": "partial_relevant", "relevant_texts": ["exact segment 1", "exact segment 2", ...]}}
+If NO relevant text segments exist (i.e., the criteria is NOT satisfied at all), then output: {{"type": "all_irrelevant"}}
+- If LOCAL + NEGATIVE:
+If text segments that VIOLATE the criteria EXIST in the response, then output: {{"type": "partial_relevant", "relevant_texts": ["exact violating segment 1", ...]}}
+If NO violating text exists (i.e., the criteria IS satisfied / not violated), then output: {{"type": "all_irrelevant"}}
+Important Notes:
+The text segments in relevant_texts must be exact original text from the Response (exact match, including punctuation and spaces).
+Each text segment should be a continuous, complete sentence or phrase.
+Output only JSON format, without any markdown code block markers or other text. Ensure the JSON format is correct and can be directly parsed."""
+
+
+def annotation_prompt(criteria: str, response: str) -> str:
+    """RTT's annotation prompt (app. C.4) for one (constraint text, response) pair."""
+    return ANNOTATION_PROMPT.format(criteria=criteria, response=response)
+
+
+def parse_annotation(answer: str, response: str) -> dict:
+    """The LLM annotator's answer as {"type", "spans", "unmatched"} (RTT app. C.3): all_relevant gives the whole
+    response, all_irrelevant nothing, partial_relevant every occurrence of each relevant text (exact match, as the
+    prompt demands; a text not found in the response is counted in "unmatched" and marks nothing). An answer that
+    is none of the three JSON forms (a small model's prose, a cut-off object) has type None: the pair gets no
+    label. Never raises on the answer's text."""
+    text = answer.strip()
+    if text.startswith("```"):  # the prompt forbids code fences; models write them anyway
+        text = text.strip("`").removeprefix("json").strip()
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        obj = json.loads(text[start:end + 1]) if 0 <= start < end else None
+    except (ValueError, RecursionError):
+        obj = None
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    if kind == "all_relevant":
+        return {"type": kind, "spans": [(0, len(response))] if response else [], "unmatched": 0}
+    if kind == "all_irrelevant":
+        return {"type": kind, "spans": [], "unmatched": 0}
+    texts = obj.get("relevant_texts") if kind == "partial_relevant" else None
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        return {"type": None, "spans": [], "unmatched": 0}
+    spans, unmatched = [], 0
+    for t in filter(None, texts):
+        at = response.find(t)
+        unmatched += at < 0
+        while at >= 0:
+            spans.append((at, at + len(t)))
+            at = response.find(t, at + 1)
+    return {"type": kind, "spans": merge(spans), "unmatched": unmatched}

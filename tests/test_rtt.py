@@ -495,3 +495,88 @@ def test_killed_rtt_run_resumes_exactly(assets, tmp_path):
     subprocess.run(cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]  # noqa: E731
     assert strip(_rows(metrics)) == strip(whole)
+
+
+# ---- RTT's LLM annotator: its prompt and its JSON answers ----------------------------------------------------------
+
+ANNOTATED = "The river runs cold. Snow falls. The river sleeps."
+
+
+@pytest.mark.parametrize("answer, kind, spans, unmatched", [
+    ('{"type": "all_relevant"}', "all_relevant", [(0, len(ANNOTATED))], 0),
+    ('{"type": "all_irrelevant"}', "all_irrelevant", [], 0),
+    # every occurrence of an exact segment; a segment the response lacks marks nothing and is counted
+    ('{"type": "partial_relevant", "relevant_texts": ["The river", "Snow falls.", "rain"]}', "partial_relevant",
+     [(0, 9), (21, 32), (33, 42)], 1),
+    # overlapping segments merge; fences and chatter around the object are tolerated
+    ('```json\n{"type": "partial_relevant", "relevant_texts": ["river runs", "runs cold."]}\n```', "partial_relevant",
+     [(4, 20)], 0),
+    ('Sure! {"type": "all_irrelevant"} Hope this helps.', "all_irrelevant", [], 0),
+    # not one of the three forms: no label
+    ('{"type": "partial_relevant", "relevant_texts": "river"}', None, [], 0),
+    ('{"type": "relevant"}', None, [], 0), ('{"type": "all_relevant"', None, [], 0), ("[1, 2]", None, [], 0),
+    ("GLOBAL", None, [], 0), ("", None, [], 0),
+])
+def test_annotator_answers_become_character_spans(answer, kind, spans, unmatched):
+    from ifcore.rtt_labels import parse_annotation
+
+    assert parse_annotation(answer, ANNOTATED) == {"type": kind, "spans": spans, "unmatched": unmatched}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200), st.text(max_size=60))
+def test_annotator_answers_never_raise_and_stay_inside_the_response(answer, response):
+    from ifcore.rtt_labels import parse_annotation
+
+    out = parse_annotation(answer, response)
+    assert out["type"] in (None, "all_relevant", "all_irrelevant", "partial_relevant")
+    assert all(0 <= a < b <= len(response) for a, b in out["spans"])
+
+
+def test_llm_labels_sends_rtts_prompt_and_reads_each_answer(tmp_path, monkeypatch):
+    # An answering backend that reads the pair back out of RTT's prompt: the one thing a fake may stand in for is
+    # the LLM's judgment; the prompt, the generation layer, its cache and the parsing are the real ones.
+    from ifcore.infer.generate import GenParams
+    from ifcore.rtt_labels import ANNOTATION_PROMPT, annotation_prompt
+
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path))
+    assert annotation_prompt("Use no commas.", "a, b").startswith(ANNOTATION_PROMPT.split("{criteria}")[0])
+    assert "Criteria: Use no commas.\n\nResponse: a, b\n\n" in annotation_prompt("Use no commas.", "a, b")
+    assert '{"type": "all_relevant"}' in annotation_prompt("x", "y")  # the format braces survive .format
+
+    class Annotator:
+        model_id, batch_size, prompts = "fake-annotator", 4, []
+
+        def complete(self, inputs, params, seeds):
+            self.prompts += inputs
+            out = []
+            for prompt in inputs:
+                criteria = prompt.split("Criteria: ", 1)[1].split("\n\nResponse: ", 1)[0]
+                out.append(('{"type": "all_relevant"}' if "words" in criteria
+                            else '{"type": "partial_relevant", "relevant_texts": ["' + criteria.split('"')[1] + '"]}'
+                            if '"' in criteria else "I cannot tell.", 7))
+            return out
+
+    backend = Annotator()
+    criteria = ['Mention "river".', "Use at most 20 words.", "Be kind."]
+    got = rtt.llm_labels(backend, criteria, [ANNOTATED] * 3, GenParams(max_new_tokens=64))
+    assert [g["type"] for g in got] == ["partial_relevant", "all_relevant", None]
+    assert got[0]["spans"] == [(4, 9), (37, 42)] and got[1]["spans"] == [(0, len(ANNOTATED))]
+    assert sorted(backend.prompts) == sorted(annotation_prompt(c, ANNOTATED) for c in criteria)  # shortest first
+    # A second call is served from the completion cache: the annotator is not asked again.
+    assert rtt.llm_labels(backend, criteria, [ANNOTATED] * 3, GenParams(max_new_tokens=64)) == got
+    assert len(backend.prompts) == 3
+    with pytest.raises(ValueError, match="2 criteria for 3 responses"):
+        rtt.llm_labels(backend, criteria[:2], [ANNOTATED] * 3)
+
+
+def test_llm_labels_with_a_real_model_that_answers_noise(tmp_path, monkeypatch):
+    # A 7k-parameter random chat model through the in-process backend: whatever it writes, every pair comes back
+    # with a type (None for noise) and spans inside its response.
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path))
+    from ifcore.infer.generate import GenParams
+
+    got = rtt.llm_labels(str(REPO / "tests/data/tiny_chat_llama"), ["Mention the river.", "Be brief."],
+                         [ANNOTATED, "Short."], GenParams(max_new_tokens=12))
+    assert len(got) == 2 and all(g["type"] is None or g["spans"] is not None for g in got)
+    assert all(0 <= a < b <= len(r) for g, r in zip(got, [ANNOTATED, "Short."]) for a, b in g["spans"])

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -291,6 +292,12 @@ def test_run_identity_fills_in_defaults_and_hashes_the_data(assets, tmp_path, mo
     assert run_identity(load_config(None, **default, warm_start={"hidden_size": WarmStartConfig().hidden_size}),
                         paths)[1] == first[1]
     assert run_identity(load_config(None, **default, warm_start={"hidden_size": 64}), paths)[1] != first[1]
+    # The same warm start rebuilt with other bits (another machine or thread count) is another policy.
+    rebuilt = tmp_path / "rebuilt"
+    shutil.copytree(assets["model"], rebuilt)
+    assert run_identity(load_config(None, **default), {**paths, "model": str(rebuilt)})[1] == first[1]
+    _flip_a_byte(rebuilt / "model.safetensors")
+    assert run_identity(load_config(None, **default), {**paths, "model": str(rebuilt)})[1] != first[1]
 
 
 def _flip_a_byte(path: Path) -> None:

@@ -22,8 +22,8 @@ Real models (issue 10, docs/inference.md): `model` is a registry name (smollm2-1
 adapters only; a chat template without think tags gets both think modes from model.chat_prompt / think_gate.
 
 A run directory belongs to one configuration: config.json holds the run's identity (run_identity: every
-TrainConfig field, the warm start with its defaults filled in, the data files' sha256, the trainer version) and a
-rerun resumes only when that matches. Each checkpoint carries the sha256 of its files; a resume skips (and
+TrainConfig field, the warm start with its defaults filled in, the model's and the data files' sha256, the trainer
+version) and a rerun resumes only when that matches. Each checkpoint carries the sha256 of its files; a resume skips (and
 removes) a checkpoint that no longer matches them, warning with the file's name, and falls back to the previous
 one (the last two are kept). A lock file keeps a second trainer out of a directory in use.
 """
@@ -256,11 +256,12 @@ def run_identity(cfg: TrainConfig, paths: dict) -> tuple[dict, str]:
     """(identity, key): what a run's numbers depend on, and a short hash of it naming the configuration.
 
     Every TrainConfig field but output_dir; the warm start with its defaults filled in (when the policy is the
-    default one: {} and the explicit defaults are one run); the sha256 of the data files (an edited file is
-    another run); the model's absolute path when one is given; the trainer and synth versions. Flat, so that a
-    mismatch names fields.
+    default one: {} and the explicit defaults are one run); the sha256 of the model's files and of the data files
+    (changed weights or an edited file are another run); the model's absolute path when one is given; the trainer
+    and synth versions. Flat, so that a mismatch names fields.
     """
     from ifcore import synth
+    from ifcore.infer.registry import checksums
     from ifcore.train.sft import WarmStartConfig
 
     identity = {k: v for k, v in asdict(cfg).items() if k not in ("output_dir", "warm_start")}
@@ -268,6 +269,9 @@ def run_identity(cfg: TrainConfig, paths: dict) -> tuple[dict, str]:
         identity |= {f"warm_start.{k}": v for k, v in asdict(WarmStartConfig(**cfg.warm_start)).items()}
     else:
         identity["model"] = os.path.abspath(paths["model"])  # a registry name: the folder it resolved to
+    # The weights too: a default policy rebuilt elsewhere (another machine, another thread count) has the same
+    # WarmStartConfig and other bits, and a folder can be retrained in place.
+    identity["model_sha256"] = hashlib.sha256(checksums(Path(paths["model"])).encode()).hexdigest()
     for k in ("train_data", "test_data"):
         identity[k] = "default" if getattr(cfg, k) is None else "given"
         identity[f"{k}_sha256"] = hashlib.sha256(Path(paths[k]).read_bytes()).hexdigest()
@@ -275,8 +279,6 @@ def run_identity(cfg: TrainConfig, paths: dict) -> tuple[dict, str]:
         identity["bc_data"] = "default" if cfg.bc_data is None else "given"
         identity["bc_data_sha256"] = hashlib.sha256(Path(paths["bc_data"]).read_bytes()).hexdigest()
     if cfg.rtt_discriminator is not None:  # RTT: a retrained discriminator is another run, wherever it lies
-        from ifcore.infer.registry import checksums
-
         if not Path(cfg.rtt_discriminator).is_dir():
             raise FileNotFoundError(f"rtt_discriminator: {cfg.rtt_discriminator} is not a directory")
         identity["rtt_discriminator"] = "given"

@@ -19,8 +19,10 @@
   [G, C, T] tensor: the authors' code reshapes it to [C, G, T] instead of permuting it, which mixes other
   responses' rows into a response's advantage.
 
-The optional LLM annotator (RTT's annotation prompt for constraints the schema does not express) is not built:
-every constraint here is a schema constraint, labelled exactly by the verifier.
+- The LLM annotator (`llm_labels`): RTT's own labelling, for constraints the schema does not express: its
+  annotation prompt (ifcore.rtt_labels.annotation_prompt) through ifcore.infer (a registry model in process or
+  any OpenAI-compatible server), the JSON answer parsed to character spans. The default data never needs it:
+  every constraint here is a schema constraint, labelled exactly by the verifier.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ifcore.rtt_labels import CLASSES, relevant_spans, taxonomy, token_labels
+from ifcore.rtt_labels import CLASSES, annotation_prompt, parse_annotation, relevant_spans, taxonomy, token_labels
 from ifcore.schema import Constraint
 from ifcore.text import Doc, reasoning_end, word_spans
 from ifcore.train.model import THINK_CLOSE
@@ -672,3 +674,17 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
             out[i, :lengths[i]] = float(alpha * adv[g][i - g * size])
             out[i, scored[i]] = torch.from_numpy(a).float()
     return out.to(mask.device), seconds
+
+
+def llm_labels(model, criteria: list[str], responses: list[str], params=None, progress: bool = False) -> list[dict]:
+    """RTT's LLM annotator (app. C.3-C.4): one annotation per (constraint text, response) pair, each
+    ifcore.rtt_labels.parse_annotation's {"type", "spans", "unmatched"} (type None: the answer was not one of the
+    three JSON forms, so the pair has no label). `model`: a registry name or folder, an ifcore.infer Local or an
+    Endpoint (vLLM, a hosted API); greedy by default, completions cached as every generation is."""
+    from ifcore.infer.generate import GenParams, generate
+
+    if len(criteria) != len(responses):
+        raise ValueError(f"llm_labels: {len(criteria)} criteria for {len(responses)} responses")
+    answers = generate(model, [annotation_prompt(c, r) for c, r in zip(criteria, responses)],
+                       params or GenParams(max_new_tokens=512), progress=progress)
+    return [parse_annotation(a, r) for a, r in zip(answers, responses)]
