@@ -343,7 +343,9 @@ def relevance_matrix(ax, pieces: list[str], rows: list[str], matrix, labels=None
         for r, c in zip(*np.nonzero(np.asarray(labels))):
             ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="#D55E00", linewidth=1))
     ax.set_xticks(range(len(pieces)), [repr(p)[1:-1] for p in pieces], rotation=90, fontsize=7, family="monospace")
-    ax.set_yticks(range(len(rows)), [_clip(r, 70) for r in rows], fontsize=8)
+    # A long constraint is clipped before its " [verdict class]" suffix, which the reader needs to see.
+    ax.set_yticks(range(len(rows)), [_clip(head, 55) + sep + tag if sep else _clip(r, 70)
+                                     for r in rows for head, sep, tag in [r.rpartition(" [")]], fontsize=8)
     ax.set_xlabel("response token")
     ax.figure.colorbar(image, ax=ax, label="relevance p", fraction=0.03, pad=0.01)
 
@@ -368,9 +370,11 @@ def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
     arms = list(csr_end.columns)
     for a, b in zip(arms[1:], arms[:-1]):
         for metric in ("CSR end", "ISR end"):
-            line = compare(f"Held-out {metric.split()[0]} at the end, {arm_label(a)} minus {arm_label(b)}",
-                           tables[metric][a], tables[metric][b], level)
-            if line not in lines:  # the best arm against the runner-up may be this very pair
+            what = f"Held-out {metric.split()[0]} at the end"
+            if any(line.startswith(f"{what}, {arm_label(b)} minus {arm_label(a)} ") for line in lines):
+                continue  # the best arm against the runner-up was this very pair, the other way round
+            line = compare(f"{what}, {arm_label(a)} minus {arm_label(b)}", tables[metric][a], tables[metric][b], level)
+            if line not in lines:  # or this way round
                 lines.append(line)
     for arm in arms:
         lines.append(compare(f"{arm_label(arm)}: reasoning tokens per held-out response at the end minus at step 0",
