@@ -148,8 +148,11 @@ def test_a_failed_run_is_reported_with_its_log_tail_and_the_others_finish(env, t
     assert list(runs.status) == ["trained", "reused"]
 
 
+# A kernel turns SIGINT into KeyboardInterrupt whatever it inherited; a process started in the background by a
+# non-interactive shell inherits SIGINT ignored, and Python then installs no handler: restore it as a kernel would.
 SWEEP = """
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from ifcore.train.sweep import run_arms
 run_arms(["ila", "cla"], [0], 10_000, sys.argv[1], config=json.loads(sys.argv[2]), progress=False)
 """
