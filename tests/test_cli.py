@@ -8,10 +8,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 import ifcore
 from ifcore.bench import ifeval
-from ifcore.cli import main
 from ifcore.jsonl import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,13 +19,6 @@ GOOD = json.dumps({"response": "One two three.", "constraints": [{"scope": [], "
                                                                    "range": {"min": 1}}]})
 
 
-def run(capsys, *argv):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    return status, out, err.splitlines()
 
 
 def write(path: Path, *lines: str) -> Path:
@@ -113,7 +106,7 @@ def test_an_error_is_one_line_naming_the_file_and_exit_status_2(case, tmp_path, 
 
         monkeypatch.setattr(grpo, "train", lambda config: pytest.fail(f"trained with {config}"))
     (tmp_path / "r.jsonl").write_bytes(b'{"prompt": "p", "response": "caf\xe9"}\n')  # overwritten by most cases
-    status, out, err = run(capsys, *argv(tmp_path))
+    status, out, err = run_cli(capsys, *argv(tmp_path))
     command = "eval" if case.startswith("eval") else case.split(",")[0].split()[0]
     assert status == 2 and len(err) == 1, err
     assert err[0].startswith(f"ifcore {command}: error: ") and expected in err[0], err[0]
@@ -123,13 +116,13 @@ def test_verify_answers_every_line_and_summarizes(tmp_path, capsys):
     src = tmp_path / "in.jsonl"
     src.write_bytes(b"\n".join([GOOD.encode(), b"{not json", b"[1]", b'{"response": "caf\xe9", "constraints": []}',
                                 b"", GOOD.encode()]) + b"\n")
-    status, out, err = run(capsys, "verify", "--input", src, "--output", tmp_path / "out.jsonl")
+    status, out, err = run_cli(capsys, "verify", "--input", src, "--output", tmp_path / "out.jsonl")
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert status == 1 and len(rows) == 5  # every non-blank line, the stray byte's line included
     assert [("error" in r) for r in rows] == [False, True, True, False, False]
     assert "line 2" in rows[1]["error"] and "line 3" in rows[2]["error"] and "line 4" in rows[3]["warning"]
     assert err == ["5 lines: 3 ok, 2 errors"]
-    status, out, err = run(capsys, "verify", "--input", write(tmp_path / "ok.jsonl", GOOD))
+    status, out, err = run_cli(capsys, "verify", "--input", write(tmp_path / "ok.jsonl", GOOD))
     assert status == 0 and json.loads(out)["ila"] == 1.0 and err == ["1 lines: 1 ok, 0 errors"]
 
 
@@ -137,10 +130,10 @@ def test_validate_dataset_names_every_bad_line_and_refuses_an_empty_file(tmp_pat
     label = json.dumps({"constraints": [{"scope": [], "target": {"count": "word"}, "range": {"min": 1}}]})
     src = write(tmp_path / "d.jsonl", json.dumps({"prompt": "p", "label": label}), "[1]", "{oops",
                 json.dumps({"prompt": "p", "label": label}))
-    status, out, err = run(capsys, "validate-dataset", src)
+    status, out, err = run_cli(capsys, "validate-dataset", src)
     assert status == 1 and [e.split(":")[0] for e in err] == ["line 2", "line 3"]
     assert "4 samples, 2 errors" in out
-    status, out, err = run(capsys, "validate-dataset", write(tmp_path / "empty.jsonl"))
+    status, out, err = run_cli(capsys, "validate-dataset", write(tmp_path / "empty.jsonl"))
     assert status == 1 and err == ["no samples (the file is empty)"]
 
 
@@ -148,7 +141,7 @@ def test_labels_names_each_bad_row_and_writes_the_others(tmp_path, capsys):
     row = {"prompt": "p", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}
     src = write(tmp_path / "rows.jsonl", json.dumps({**row, "instruction_id_list": ["x:y"]}), "[]",
                 json.dumps({**row, "instruction_id_list": 3}), json.dumps(row))
-    status, out, err = run(capsys, "labels", "ifeval", "--input", src, "--output", tmp_path / "out.jsonl")
+    status, out, err = run_cli(capsys, "labels", "ifeval", "--input", src, "--output", tmp_path / "out.jsonl")
     assert status == 1 and len((tmp_path / "out.jsonl").read_text().splitlines()) == 1
     assert all(e.startswith(f"ifcore labels: error: {src}:{n}: ") for n, e in zip((1, 2, 3), err))
     assert "unknown instruction id 'x:y'" in err[0]
@@ -160,14 +153,14 @@ def test_eval_keeps_the_chosen_duplicate(choice, kept, tmp_path, capsys):
     prompt = FIRST_PROMPTS[0]
     src = write(tmp_path / "r.jsonl", json.dumps({"prompt": prompt, "response": "one"}),
                 json.dumps({"prompt": prompt + " ", "response": "two"}))
-    status, _, _ = run(capsys, "eval", "ifeval", "--responses", src, "--output-dir", tmp_path, "--on-duplicate", choice)
+    status, _, _ = run_cli(capsys, "eval", "ifeval", "--responses", src, "--output-dir", tmp_path, "--on-duplicate", choice)
     strict = json.loads((tmp_path / "eval_results_strict.jsonl").read_text().splitlines()[0])
     assert status == 0 and strict["response"] == kept
     assert json.loads((tmp_path / "summary.json").read_text())["unmatched_responses"] == 0
 
     src = write(tmp_path / "s.jsonl", json.dumps({"id": 7, "response": "one"}), json.dumps({"id": 8, "response": "x"}),
                 json.dumps({"prompt": "p7", "response": "two"}))
-    status, out, _ = run(capsys, "eval", "scopeif", *scopeif_files(tmp_path), "--responses", src, "--output-dir",
+    status, out, _ = run_cli(capsys, "eval", "scopeif", *scopeif_files(tmp_path), "--responses", src, "--output-dir",
                          tmp_path, "--on-duplicate", choice)
     verdicts = [json.loads(line) for line in (tmp_path / "verdicts.jsonl").read_text().splitlines()]
     assert status == 0 and json.loads(out)["instances"] == 2  # not 3: the duplicate counts once
@@ -180,7 +173,7 @@ def test_train_help_lists_every_config_field_with_its_default(capsys, monkeypatc
     from ifcore.train.grpo import TrainConfig
 
     monkeypatch.setenv("COLUMNS", "1000")  # argparse would wrap the help, at hyphens too
-    status, out, _ = run(capsys, "train", "--help")
+    status, out, _ = run_cli(capsys, "train", "--help")
     assert status == 0
     # One block per option, from its "  --flag" line to the next.
     blocks = {b.split()[0].rstrip(","): " ".join(b.split()) for b in re.split(r"\n(?=  --)", out)}
@@ -199,28 +192,28 @@ def test_train_precedence_is_defaults_then_config_then_flags(tmp_path, capsys, m
     seen = []
     monkeypatch.setattr(grpo, "train", seen.append)
     config = write(tmp_path / "c.yaml", "steps: 5", "lr: 0.01", "warm_start: {steps: 3}")
-    status, _, err = run(capsys, "train", "--config", config, "--steps", "7", "--no-think",
+    status, _, err = run_cli(capsys, "train", "--config", config, "--steps", "7", "--no-think",
                          "--warm-start", '{"steps": 4}', "--output-dir", tmp_path / "run")
     assert status == 0 and err == []
     (cfg,) = seen
     assert (cfg.steps, cfg.lr, cfg.think, cfg.warm_start, cfg.output_dir) == (7, 0.01, False, {"steps": 4},
                                                                              str(tmp_path / "run"))
     assert cfg.seed == grpo.TrainConfig().seed and cfg.reward == grpo.TrainConfig().reward
-    status, _, err = run(capsys, "train", "--warm-start", "[1]")
+    status, _, err = run_cli(capsys, "train", "--warm-start", "[1]")
     assert status == 2 and "expected a JSON object" in err[-1]
 
 
 def test_synth_output_dir_and_its_hidden_old_spelling(tmp_path, capsys):
     for flag in ("--output-dir", "--out"):
-        status, out, _ = run(capsys, "synth", flag, tmp_path / flag, "--train", "4", "--test", "2")
+        status, out, _ = run_cli(capsys, "synth", flag, tmp_path / flag, "--train", "4", "--test", "2")
         assert status == 0 and json.loads(out)["instructions"] == 4
         assert (tmp_path / flag / "train.jsonl").exists()
-    status, out, _ = run(capsys, "synth", "--help")
+    status, out, _ = run_cli(capsys, "synth", "--help")
     assert "--output-dir" in out and "--out " not in out and "--out\n" not in out
 
 
 def test_version_is_the_package_version(capsys):
-    status, out, _ = run(capsys, "--version")
+    status, out, _ = run_cli(capsys, "--version")
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert status == 0 and out.strip() == f"ifcore {version}" and ifcore.__version__ == version
 

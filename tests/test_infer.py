@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from helpers import USER_CACHE
 
 from ifcore.infer import registry
 from ifcore.infer.generate import Endpoint, GenParams, Local, cache_path, generate, generate_jsonl
@@ -355,18 +356,6 @@ def test_a_server_that_cannot_start_is_reported_and_leaves_no_process(tmp_path):
 
 # The user's cache, read before `own_cache` points IFCORE_CACHE at each test's folder: the dequantized SmolLM2 is
 # shared with every other use on this machine (its folder is keyed by the GGUF's hash and verified on load).
-USER_CACHE = registry.cache_dir()
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-    try:
-        registry.smollm2_wheel()
-    except FileNotFoundError as e:
-        pytest.skip(f"{e} (make test downloads it)")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("IFCORE_CACHE", str(USER_CACHE))
-        return registry.resolve("smollm2-135m")
 
 
 @pytest.mark.slow

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import train_killed_at_step
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -373,17 +372,8 @@ def test_a_killed_raif_run_resumes_exactly(assets, tmp_path):
     config = tmp_path / "run.json"
     config.write_text(json.dumps({**RAIF_RUN, **assets, "steps": steps, "output_dir": str(tmp_path / "killed")}))
     cmd = [sys.executable, "-m", "ifcore", "train", "--config", str(config)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = tmp_path / "killed" / "metrics.jsonl"
-    deadline = time.time() + 300
-    # Killed once step 3 is logged: after the step-2 checkpoint, with a row that the checkpoint does not cover.
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and '"type": "train", "step": 3,' in metrics.read_text():
-            proc.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    assert proc.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
+    env = train_killed_at_step(cmd, metrics, step=3)  # past the step-2 checkpoint
     subprocess.run(cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert _rows(metrics) == uninterrupted
     assert (tmp_path / "killed" / "rollouts.jsonl").read_text() == (tmp_path / "whole" / "rollouts.jsonl").read_text()

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import USER_CACHE, run_cli
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -22,7 +23,6 @@ pytest.importorskip("peft")
 from test_infer import PROMPTS, TEMPLATE, FakeServer, save_tiny_model  # noqa: E402
 
 from ifcore.bench import ifeval  # noqa: E402
-from ifcore.cli import main  # noqa: E402
 from ifcore.infer import registry  # noqa: E402
 from ifcore.infer.generate import GenParams, generate  # noqa: E402
 from ifcore.jsonl import read_jsonl  # noqa: E402
@@ -34,7 +34,6 @@ from ifcore.train.model import (CHAT_TEMPLATE, EMPTY_THINK, chat_prompt, has_thi
                                 load_policy, think_gate, train_tokenizer)
 
 ROOT = Path(__file__).resolve().parents[1]
-USER_CACHE = registry.cache_dir()  # read before `own_cache` moves IFCORE_CACHE (the dequantized SmolLM2 lives here)
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +46,6 @@ def own_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "ifcore-cache"))
 
 
-def run(capsys, *argv):
-    try:
-        status = main([str(a) for a in argv])
-    except SystemExit as e:
-        status = e.code
-    out, err = capsys.readouterr()
-    return status, out, err.splitlines()
 
 
 def write_rows(path: Path, rows: list[dict]) -> Path:
@@ -171,7 +163,7 @@ def test_a_registry_name_in_train_config_resolves_to_its_folder(llama, data, tmp
     assert run_identity(named, paths)[1] == run_identity(by_path, resolve_paths(by_path, progress=False))[1]
     with pytest.raises(FileNotFoundError, match="no-such-model: not a registry name"):
         resolve_paths(load_config(None, model="no-such-model", **data))
-    status, _, err = run(capsys, "train", "--model", "no-such-model", "--output-dir", tmp_path / "r",
+    status, _, err = run_cli(capsys, "train", "--model", "no-such-model", "--output-dir", tmp_path / "r",
                          "--train-data", data["train_data"], "--test-data", data["test_data"])
     assert status == 2 and len(err) == 1 and err[0].startswith("ifcore train: error: no-such-model: not a registry")
 
@@ -262,7 +254,7 @@ ERRORS = {
 def test_an_inference_error_is_one_line_with_exit_status_2(case, llama, tmp_path, capsys):
     write_rows(tmp_path / "in.jsonl", [{"prompt": "dog"}])
     argv, expected = ERRORS[case]
-    status, out, err = run(capsys, *argv(tmp_path, llama))
+    status, out, err = run_cli(capsys, *argv(tmp_path, llama))
     assert status == 2 and len(err) == 1, err
     assert err[0].startswith(f"ifcore {case.split()[0].rstrip(',')}: error: ") and expected in err[0], err[0]
 
@@ -270,7 +262,7 @@ def test_an_inference_error_is_one_line_with_exit_status_2(case, llama, tmp_path
 def test_generate_completes_rows_in_process_and_through_a_server(llama, tmp_path, capsys, fake_server):
     rows = [{"id": 1, "prompt": "dog"}, {"id": 2, "messages": PROMPTS[-1]}, {"id": 3, "prompt": "Write a story."}]
     src = write_rows(tmp_path / "in.jsonl", rows)
-    status, _, err = run(capsys, "generate", "--model", llama, "--input", src, "--output", tmp_path / "out.jsonl",
+    status, _, err = run_cli(capsys, "generate", "--model", llama, "--input", src, "--output", tmp_path / "out.jsonl",
                          "--max-new-tokens", "8", "--batch-size", "2")
     assert status == 0 and err[-1] == f"{tmp_path / 'out.jsonl'}: 3 rows"
     out = read_jsonl(tmp_path / "out.jsonl")
@@ -279,7 +271,7 @@ def test_generate_completes_rows_in_process_and_through_a_server(llama, tmp_path
                         progress=False)
     assert [r["response"] for r in out] == expected
     # The same rows through an OpenAI-compatible server (here one that answers with the prompt reversed).
-    status, _, _ = run(capsys, "generate", "--model", "m", "--backend", "openai", "--base-url", fake_server,
+    status, _, _ = run_cli(capsys, "generate", "--model", "m", "--backend", "openai", "--base-url", fake_server,
                        "--api-key", "sk-test", "--input", src, "--output", tmp_path / "served.jsonl", "--no-cache")
     assert status == 0
     assert [r["response"] for r in read_jsonl(tmp_path / "served.jsonl")] == [
@@ -288,7 +280,7 @@ def test_generate_completes_rows_in_process_and_through_a_server(llama, tmp_path
 
 def test_eval_with_a_model_scores_a_seeded_subset_alone_as_the_full_benchmark_would(tmp_path, capsys, fake_server):
     common = ["--backend", "openai", "--base-url", fake_server, "--model", "m", "--limit", "5", "--subset-seed", "3"]
-    status, out, _ = run(capsys, "eval", "ifeval", *common, "--output-dir", tmp_path / "a")
+    status, out, _ = run_cli(capsys, "eval", "ifeval", *common, "--output-dir", tmp_path / "a")
     assert status == 0
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert json.loads(out)["strict"] == summary["strict"]
@@ -299,7 +291,7 @@ def test_eval_with_a_model_scores_a_seeded_subset_alone_as_the_full_benchmark_wo
     picked = [everything.index(r["prompt"]) for r in responses]
     assert picked == sorted(picked) and all(r["response"] == r["prompt"][::-1] for r in responses)
     # The same responses scored by the full benchmark: the subset's records are its records for those prompts.
-    status, _, _ = run(capsys, "eval", "ifeval", "--responses", tmp_path / "a" / "responses.jsonl", "--output-dir",
+    status, _, _ = run_cli(capsys, "eval", "ifeval", "--responses", tmp_path / "a" / "responses.jsonl", "--output-dir",
                        tmp_path / "full")
     for mode in ("strict", "loose"):
         full = {r["prompt"]: r for r in read_jsonl(tmp_path / "full" / f"eval_results_{mode}.jsonl")}
@@ -307,15 +299,15 @@ def test_eval_with_a_model_scores_a_seeded_subset_alone_as_the_full_benchmark_wo
         assert subset == [full[r["prompt"]] for r in responses]
         assert summary[mode]["prompts_followed"] == sum(r["follow_all_instructions"] for r in subset)
     # Another seed, another subset; ScopeIF's subset is scored alone too.
-    run(capsys, "eval", "ifeval", *common[:-1], "4", "--output-dir", tmp_path / "b")
+    run_cli(capsys, "eval", "ifeval", *common[:-1], "4", "--output-dir", tmp_path / "b")
     assert read_jsonl(tmp_path / "b" / "responses.jsonl") != responses
-    status, out, _ = run(capsys, "eval", "scopeif", *common, "--output-dir", tmp_path / "s")
+    status, out, _ = run_cli(capsys, "eval", "scopeif", *common, "--output-dir", tmp_path / "s")
     assert status == 0 and json.loads(out)["instances"] == 5
     assert len(read_jsonl(tmp_path / "s" / "responses.jsonl")) == 5
 
 
 def test_eval_with_a_local_model_counts_the_responses_cut_at_max_new_tokens(llama, tmp_path, capsys):
-    status, _, _ = run(capsys, "eval", "ifbench", "--model", llama, "--limit", "2", "--max-new-tokens", "6",
+    status, _, _ = run_cli(capsys, "eval", "ifbench", "--model", llama, "--limit", "2", "--max-new-tokens", "6",
                        "--output-dir", tmp_path)
     generation = json.loads((tmp_path / "summary.json").read_text())["generation"]
     assert status == 0 and generation["model"] == registry.model_id(llama)
@@ -348,17 +340,6 @@ def test_the_gpu_check_script_runs_on_the_cpu_with_tiny_settings(llama, tmp_path
 
 
 # -- SmolLM2 itself (slow: it loads 135M parameters) --------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def smollm2():
-    try:
-        registry.smollm2_wheel()
-    except FileNotFoundError as e:
-        pytest.skip(f"{e} (make test downloads it)")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("IFCORE_CACHE", str(USER_CACHE))
-        return registry.resolve("smollm2-135m")
-
 
 @pytest.mark.slow
 def test_grpo_trains_smollm2_by_name_with_lora(smollm2, data, tmp_path, monkeypatch):

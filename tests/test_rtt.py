@@ -9,18 +9,17 @@ Models are tiny: a ~20k-parameter policy warm-started for a few dozen steps on s
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from helpers import train_killed_at_step
 
 from ifcore import synth
 from ifcore.rtt_labels import GLOBAL, LOCAL_NEGATIVE, LOCAL_POSITIVE, relevant_spans, taxonomy, token_labels
@@ -482,16 +481,8 @@ def test_killed_rtt_run_resumes_exactly(assets, tmp_path):
     config.write_text(json.dumps({**TINY_RUN, **over, **{k: assets[k] for k in ("model", "train_data", "test_data")}}))
     cmd = [sys.executable, "-m", "ifcore", "train", "--steps", str(steps), "--output-dir", str(tmp_path / "killed"),
            "--config", str(config)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = tmp_path / "killed" / "metrics.jsonl"
-    deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:  # killed once step 3 is logged, past the step-2 checkpoint
-        if metrics.exists() and '"type": "train", "step": 3,' in metrics.read_text():
-            proc.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    assert proc.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
+    env = train_killed_at_step(cmd, metrics, step=3)  # past the step-2 checkpoint
     subprocess.run(cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]  # noqa: E731
     assert strip(_rows(metrics)) == strip(whole)

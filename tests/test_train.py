@@ -11,16 +11,14 @@ from __future__ import annotations
 import fcntl
 import json
 import math
-import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from helpers import train_killed_at_step
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -347,17 +345,8 @@ def test_killed_run_resumes_exactly(assets, tmp_path):
     config.write_text(json.dumps({**TINY_RUN, **assets}))
     cmd = [sys.executable, "-m", "ifcore", "train", "--reward", "ila", "--steps", str(steps), "--seed", "0",
            "--output-dir", str(tmp_path / "killed"), "--config", str(config)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = tmp_path / "killed" / "metrics.jsonl"
-    deadline = time.time() + 120
-    # Kill it once step 3 is logged: after the step-2 checkpoint, with a row the checkpoint does not cover.
-    while time.time() < deadline and proc.poll() is None:
-        if metrics.exists() and '"type": "train", "step": 3,' in metrics.read_text():
-            proc.send_signal(signal.SIGKILL)
-            break
-        time.sleep(0.01)
-    assert proc.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
+    env = train_killed_at_step(cmd, metrics, step=3)  # past the step-2 checkpoint
     assert max(r["step"] for r in _rows(metrics)) < steps
     subprocess.run(cmd, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert _without_timings(_rows(metrics)) == _without_timings(uninterrupted)
