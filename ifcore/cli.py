@@ -94,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", choices=["tiny", "full"], default="tiny",
                    help="witness size: tiny (the embedded CPU policy) or full (~300-word responses)")
 
+    p = sub.add_parser("audit", help="fidelity of the ScopeIF-Test formalizations: whole-instruction responses and "
+                                      "human-judged probes against the verifier (exit 1 when a response fails)")
+    p.add_argument("--formalized", default="tests/data/scopeif_formalized.jsonl", help="formalization rows")
+    p.add_argument("--whole", default="tests/data/scopeif_whole.jsonl", help="whole-instruction responses ('' to skip)")
+    p.add_argument("--probes", default="tests/data/scopeif_probes.jsonl", help="human-judged probes ('' to skip)")
+
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
     p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
@@ -125,6 +131,12 @@ def _run(args) -> int:
             counts = verify_jsonl(lines, fout, alpha=args.alpha)
         print(f"{counts['lines']} lines: {counts['ok']} ok, {counts['errors']} errors", file=sys.stderr)
         return 1 if counts["errors"] else 0
+    if args.command == "audit":
+        from ifcore.bench.audit import report
+
+        text, ok = report(args.formalized, args.whole or None, args.probes or None)
+        print(text)
+        return 0 if ok else 1
     if args.command == "train":
         from ifcore.train.grpo import load_config, train
 

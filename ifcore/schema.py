@@ -61,6 +61,7 @@ class Constraint:
     id: str | None = None
     text: str | None = None
     category: dict | None = None
+    nonempty: bool = False  # the scope must select something: an empty selection is one missing record
     _plan: Any = field(default=None, repr=False)  # compiled by ifcore.verify on first use
 
     @classmethod
@@ -69,7 +70,7 @@ class Constraint:
             raise ConstraintError(path, f"expected a constraint object, got {_show(d)}")
         _check_depth(d, path)
         p = _join(path)
-        allowed = {"id", "text", "scope", "target", "range", "category"}
+        allowed = {"id", "text", "scope", "target", "range", "category", "nonempty"}
         for k in d:
             if k not in allowed:
                 raise ConstraintError(p(k), f"unknown field; expected one of {sorted(allowed)}")
@@ -88,9 +89,11 @@ class Constraint:
             raise ConstraintError(p("text"), f"expected a string, got {_show(d['text'])}")
         if "category" in d:
             check_category(d["category"], p("category"))
+        if "nonempty" in d and not isinstance(d["nonempty"], bool):
+            raise ConstraintError(p("nonempty"), f"expected true or false, got {_show(d['nonempty'])}")
         d = copy.deepcopy(d)
         return cls(scope=d.get("scope", []) or [], target=d["target"], range=d["range"], id=d.get("id"),
-                   text=d.get("text"), category=d.get("category"))
+                   text=d.get("text"), category=d.get("category"), nonempty=d.get("nonempty", False))
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {}
@@ -103,6 +106,8 @@ class Constraint:
         out["range"] = copy.deepcopy(self.range)
         if self.category is not None:
             out["category"] = copy.deepcopy(self.category)
+        if self.nonempty:
+            out["nonempty"] = True
         return out
 
     @property

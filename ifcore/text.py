@@ -5,11 +5,13 @@ that original string (end exclusive), so verdict evidence maps straight onto the
 list is built lazily on first use and cached: a response whose constraints never ask for sentences never
 runs the sentence splitter.
 
-Units (constraint-schema.md, "Segmentation rules"):
-- paragraph: a maximal run of non-blank lines.     - line: a non-blank line.
-- sentence: Punkt (English parameters, abbreviation-aware) inside each text leaf of the Markdown tree,
-  never across a paragraph break.
-- word: a maximal run of non-whitespace holding a letter or digit; each CJK ideograph is one word.
+Units (constraint-schema.md, "Segmentation rules" and "Reader semantics"):
+- paragraph: a maximal run of non-blank lines, without the lines of headings, rules, code, tables and HTML; a
+  run of only list items is a list, not a paragraph.     - line: a non-blank line.
+- sentence: Punkt (English parameters plus common abbreviations) inside each prose leaf of the Markdown tree
+  (paragraphs, list items, quotes), never across a blank line; headings, cells and code only for segments in them.
+- word: from the first to the last letter or digit of a run of non-whitespace, split at dashes; each CJK
+  ideograph is one word.
 - char: every code point.
 - section / block / element: from a CommonMark parser with GitHub tables (markdown-it-py).
 """
@@ -27,15 +29,38 @@ from markdown_it import MarkdownIt
 Span = tuple[int, int]
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
-# Words: runs of non-whitespace (each CJK ideograph alone) kept when they hold a letter or digit. Matching
-# runs first and testing them second keeps this linear on long runs of symbols ("[[[[...").
-_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\s{_CJK}]+")
+# Dashes that join two words ("policy\u2014and"): em, en, figure dash, horizontal bar; "--" is handled apart.
+_DASHES = "\u2012\u2013\u2014\u2015"
+# A word runs from its first letter or digit to its last one within a run of non-whitespace (each CJK ideograph
+# alone), so markup and punctuation around it ("**Massive**", "Supreme:") are not part of it, while inner
+# apostrophes and hyphens are ("don't", "well-known"). One regex pass; the greedy middle only backtracks over
+# the trailing symbols of one run, so long runs of symbols ("[[[[...") stay linear.
+_WORD_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}](?:[^\s{_CJK}{_DASHES}]*[^\W_{_CJK}])?")
 _ALNUM_RE = re.compile(r"[^\W_]")
 
 
 def word_spans(text: str, start: int = 0, end: int | None = None) -> list[Span]:
     end = len(text) if end is None else end
-    return [m.span() for m in _TOKEN_RE.finditer(text, start, end) if _ALNUM_RE.search(text, *m.span())]
+    spans = [m.span() for m in _WORD_RE.finditer(text, start, end)]
+    if text.find("--", start, end) < 0:
+        return spans
+    out = []  # "a--b" is two words, as with a dash
+    for a, b in spans:
+        if text.find("--", a, b) < 0:
+            out.append((a, b))
+        else:
+            out.extend((a + x, a + y) for x, y in word_spans(text[a:b].replace("--", "  ")))
+    return out
+
+
+# Inline Markdown delimiters around text (**bold**, _italic_, `code`, ~~struck~~): markup, not characters a
+# reader counts. A run counts when it opens text (after a non-word character, before a non-space) or closes it.
+MARKUP_RE = re.compile(r"(?<![\w\\*_~`])(?:\*{1,3}|_{1,3}|~~|`{1,2})(?=[^\s*_~`])"
+                       r"|(?<=[^\s\\*_~`])(?:\*{1,3}|_{1,3}|~~|`{1,2})(?![\w*_~`])")
+
+
+def strip_markup(text: str) -> str:
+    return MARKUP_RE.sub("", text)
 
 
 def word_texts(text: str) -> list[str]:
@@ -48,14 +73,60 @@ _BREAK_RE = re.compile(r"\r\n?|\n")
 # A line that could open a Markdown block other than a paragraph. When no line matches, CommonMark yields
 # only paragraphs (the blank-line runs), so skipping the parser is exact, not a heuristic.
 _MARKDOWNISH_RE = re.compile(r"^(?: {4}|\t|[ ]{0,3}(?:[#>|:=_*+`~<-]|\d{1,9}[.)]))|\|", re.M)
+PROSE, LIST, NONPROSE = 0, 1, 2  # what a line of the response is, for paragraphs
 BLOCK_KINDS = ("list", "table", "code", "json", "quote")
 ELEMENT_KINDS = ("list_item", "table_row", "table_cell", "heading", "json_pair")
 UNITS = ("response", "section", "block", "element", "paragraph", "line", "sentence", "word", "char")
 
 # Block structure only: the spans we need come from block tokens and the raw text of inline tokens, so the
 # inline pass (emphasis, links; quadratic on runs of brackets) is switched off.
-_MD = MarkdownIt("commonmark", {"maxNesting": 40}).enable("table").disable(["inline", "text_join"])
+_MD = MarkdownIt("commonmark", {"maxNesting": 40}).enable("table").disable(["inline", "text_join", "reference"])
 _PUNKT = punkt.PunktSentenceTokenizer(punkt.load_model("english"))
+# Abbreviations a reader never takes for a sentence end ("Inverters, e.g. solar units, limit output.").
+_PUNKT._params.abbrev_types.update(
+    ("e.g", "i.e", "vs", "cf", "viz", "approx", "al", "mr", "mrs", "ms", "dr", "prof", "eq", "eqs", "pp", "ca",
+     "resp", "sect", "ch", "dept", "fig", "figs", "vol", "vols", "no", "nos"))
+# Abbreviations that also end sentences ("..., pears, etc. Then we left."): the split stands unless the next
+# piece goes on in lowercase or with a digit ("etc. are fruit", "Fig. 2 shows", "No. 5").
+_AMBIGUOUS_ABBREVIATIONS = {"etc", "fig", "figs", "no", "nos", "vol", "min", "max", "sec", "hr", "hrs", "est",
+                            "inc", "ltd", "co", "jr", "sr", "st", "approx", "ref", "refs"}
+_LAST_TOKEN_RE = re.compile(r"([A-Za-z]+)\.\W*$")
+
+
+def _join_abbreviations(text: str, pieces) -> list[Span]:
+    """Punkt's sentence spans of `text`, joined where a piece ends in an abbreviation that the next piece
+    continues."""
+    out: list[Span] = []
+    n = len(text)
+    for a, b in pieces:
+        if out:  # closing markup or brackets that Punkt cut off ('?*" Then', ').') belong to the sentence before
+            k = a
+            while k < b and text[k] in _CLOSERS:
+                k += 1
+            if k > a and (k == b or text[k].isspace()):
+                out[-1] = (out[-1][0], k)
+                a = k
+                if not _ALNUM_RE.search(text, a, b):
+                    out[-1] = (out[-1][0], b)
+                    continue
+        if out:
+            i = a
+            while i < b and text[i] in _OPENERS:
+                i += 1
+            nxt = text[i] if i < n else ""
+            if nxt.islower() or nxt.isdigit():  # rare: most sentences start with a capital
+                m = _LAST_TOKEN_RE.search(text, out[-1][0], out[-1][1])
+                if m and m.group(1).lower() in _AMBIGUOUS_ABBREVIATIONS:
+                    out[-1] = (out[-1][0], b)
+                    continue
+        out.append((a, b))
+    return out
+
+
+# Punkt ends sentences only at ".", "?" or "!" followed by whitespace (after any closing quotes or brackets).
+_SENTENCE_END_RE = re.compile(r"[.?!][\"'\u201d\u2019)\]*_]*\s")
+_CLOSERS = frozenset("*_\"'\u201d\u2019)].")
+_OPENERS = frozenset("*_\"'“‘([ ")
 
 
 def strip_span(text: str, start: int, end: int) -> Span:
@@ -118,7 +189,8 @@ class Doc:
 
     # ---- plain-text units -------------------------------------------------------------------------------
     @cached_property
-    def paragraphs(self) -> list[Span]:
+    def chunks(self) -> list[Span]:
+        """Maximal runs of non-blank lines (v1's paragraphs): a sentence never crosses their breaks."""
         s, e = self.root
         out, start = [], s
         for m in _BLANK_RUN_RE.finditer(self.text, s, e):
@@ -126,6 +198,31 @@ class Doc:
             start = m.end()
         if start < e:
             out.append(strip_span(self.text, start, e))
+        return [p for p in out if p[0] < p[1]]
+
+    @cached_property
+    def paragraphs(self) -> list[Span]:
+        """Paragraphs as a reader sees them: the runs of non-blank lines with the lines of headings, thematic
+        breaks, code blocks, tables and HTML cut out (they split a run and belong to no paragraph); a run made
+        only of list items is a list, not a paragraph, while a line of text with its list is one paragraph."""
+        s, e = self.root
+        if not _MARKDOWNISH_RE.search(self.text, s, e):
+            return self.chunks
+        md = self.markdown
+        out = []
+        for a, b in self.chunks:
+            first, last = md.line_of(a), md.line_of(b - 1)
+            run, has_prose = [], False
+            for line in range(first, last + 2):
+                kind = md.line_kinds[line] if line <= last else NONPROSE
+                if kind == NONPROSE:
+                    if run and has_prose:
+                        out.append(strip_span(self.text, max(a, md.line_starts[run[0]]),
+                                              min(b, md.line_starts[run[-1] + 1] - 1)))
+                    run, has_prose = [], False
+                else:
+                    run.append(line)
+                    has_prose |= kind == PROSE
         return [p for p in out if p[0] < p[1]]
 
     @cached_property
@@ -138,31 +235,46 @@ class Doc:
         return word_spans(self.text, *self.root)
 
     @cached_property
-    def sentences(self) -> list[Span]:
+    def all_sentences(self) -> list[Span]:
+        """Sentences of every text leaf: headings, table cells and code too."""
         out = []
         for ls, le in self.text_leaves:
-            for a, b in _PUNKT.span_tokenize(self.text[ls:le]):
+            if not _SENTENCE_END_RE.search(self.text, ls, le):  # no place Punkt could split: one sentence
+                out.append((ls, le))
+                continue
+            pieces = _PUNKT.span_tokenize(self.text[ls:le])
+            for a, b in _join_abbreviations(self.text[ls:le], pieces):
                 a, b = strip_span(self.text, ls + a, ls + b)
                 if a < b:
                     out.append((a, b))
         return out
 
     @cached_property
-    def text_leaves(self) -> list[Span]:
-        """Runs of prose that sentences live in: the paragraphs, cut at every Markdown block's text."""
+    def sentences(self) -> list[Span]:
+        """Sentences of prose: paragraphs, list items and block quotes; not headings, table cells, code or HTML
+        (a segment inside one of those still has its own sentences, see `within`)."""
         s, e = self.root
         if not _MARKDOWNISH_RE.search(self.text, s, e):
-            return self.paragraphs
-        # A code block may hold blank lines; a sentence still never crosses a paragraph break, so each
-        # leaf is cut by the paragraphs it overlaps (both lists are sorted: one bisect per leaf).
-        paragraphs, ends = self.paragraphs, [pe for _, pe in self.paragraphs]
+            return self.all_sentences
+        skip = self.markdown.nonprose_leaves
+        return [sp for sp in self.all_sentences if not _contained(skip, sp)] if skip else self.all_sentences
+
+    @cached_property
+    def text_leaves(self) -> list[Span]:
+        """Runs of text that sentences live in: the chunks, cut at every Markdown block's text."""
+        s, e = self.root
+        if not _MARKDOWNISH_RE.search(self.text, s, e):
+            return self.chunks
+        # A code block may hold blank lines; a sentence still never crosses a blank line, so each
+        # leaf is cut by the chunks it overlaps (both lists are sorted: one bisect per leaf).
+        chunks, ends = self.chunks, [pe for _, pe in self.chunks]
         leaves = []
         for a, b in self.markdown.leaves:
             if not _BLANK_RUN_RE.search(self.text, a, b):
                 leaves.append((a, b))
                 continue
-            for i in range(bisect.bisect_right(ends, a), len(paragraphs)):
-                ps, pe = paragraphs[i]
+            for i in range(bisect.bisect_right(ends, a), len(chunks)):
+                ps, pe = chunks[i]
                 if ps >= b:
                     break
                 lo, hi = strip_span(self.text, max(a, ps), min(b, pe))
@@ -218,6 +330,10 @@ class Doc:
         if unit == "char":
             return CharSpans(s, e)
         spans = self.units(unit, kind, prose)
+        if unit == "sentence" and not prose and seg != self.root and self.text_leaves is not self.chunks \
+                and _contained(self.markdown.nonprose_leaves, seg):
+            # A heading's, a table cell's or a code block's own sentences.
+            spans, unit = self.all_sentences, "all_sentences"
         if unit in ("block", "element", "section"):
             inside = []
             for i in range(bisect.bisect_left(spans, (s, -1)), len(spans)):
@@ -226,7 +342,7 @@ class Doc:
                 if spans[i][1] <= e:
                     inside.append(spans[i])
             if unit == "block" and kind == "list":
-                inside = _outermost(inside)
+                inside = sorted(_outermost(inside) + self._lists_crossing(s, e))
             return inside
         if seg == self.root:
             return spans
@@ -237,6 +353,31 @@ class Doc:
         out = spans[i:j]
         if out and (out[0][0] < s or out[-1][1] > e):
             out = [c for c in (self._clip(unit, a, b, s, e) for a, b in out) if c]
+        return out
+
+    def _lists_crossing(self, s: int, e: int) -> list[Span]:
+        """The part of a top-level list that crosses the segment's edge, when whole items of it lie inside:
+        CommonMark merges the lists of two paragraphs separated by a blank line into one loose list, and a
+        reader still sees one list in each paragraph."""
+        md = self.markdown
+        tops, items = md.top_lists, md.elements["list_item"]
+        out = []
+        for i in range(max(0, bisect.bisect_left(tops, (s, -1)) - 1), len(tops)):
+            sp = tops[i]
+            if sp[0] >= e:
+                break
+            if sp[1] <= s or (s <= sp[0] and sp[1] <= e) or _contained(items, (s, e)):
+                continue  # outside, inside (counted already), or the segment is part of one item
+            j = bisect.bisect_left(items, (s, -1))
+            inside = []
+            while j < len(items) and items[j][0] < e:
+                if items[j][1] <= e and md.list_of.get(items[j]) == sp:
+                    inside.append(items[j])
+                j += 1
+            if inside:
+                part = (inside[0][0], inside[-1][1])
+                md.ordered.setdefault(part, md.ordered.get(sp))
+                out.append(part)
         return out
 
     def _clip(self, unit: str, a: int, b: int, s: int, e: int) -> Span | None:
@@ -253,7 +394,7 @@ class Doc:
         cache = self.__dict__.setdefault("_bounds_cache", {})
         key = (unit, prose)
         if key not in cache:
-            spans = self.units(unit, None, prose)
+            spans = self.all_sentences if unit == "all_sentences" else self.units(unit, None, prose)
             cache[key] = ([a for a, _ in spans], [b for _, b in spans])
         return cache[key]
 
@@ -290,7 +431,11 @@ class _Markdown:
         self.blocks: dict[str, list[Span]] = {k: [] for k in BLOCK_KINDS}
         self.elements: dict[str, list[Span]] = {k: [] for k in ELEMENT_KINDS}
         self.leaves: list[Span] = []
+        self.nonprose_leaves: list[Span] = []  # headings, table cells, code and HTML: text but not prose
         self.prose: list[Span] = []  # CommonMark paragraphs outside lists and tables
+        self._nonprose_maps: list[list[int]] = []  # line ranges of headings, rules, code, tables, HTML
+        self._item_maps: list[list[int]] = []
+        self.list_of: dict[Span, Span] = {}  # list item -> the list it belongs to
         self.json_docs: list[tuple[Span, object]] = []
         self.list_depths: list[tuple[Span, int]] = []
         self.level: dict[Span, int] = {}
@@ -308,14 +453,35 @@ class _Markdown:
                 self.json_docs.append((whole, doc))
         for span, doc in self.json_docs:
             self.elements["json_pair"].extend([span] * _count_pairs(doc))
-        for spans in (*self.blocks.values(), *self.elements.values(), self.leaves, self.prose):
+        for spans in (*self.blocks.values(), *self.elements.values(), self.leaves, self.prose,
+                      self.nonprose_leaves):
             spans.sort()
+        self.top_lists = _outermost(self.blocks["list"])
         # By span, so that the ones inside a segment are found by bisection (never comparing the documents).
         self.json_docs.sort(key=lambda x: x[0])
         self.list_depths.sort(key=lambda x: x[0])
 
+    def line_of(self, offset: int) -> int:
+        return bisect.bisect_right(self.line_starts, offset) - 1
+
+    @cached_property
+    def line_kinds(self) -> list[int]:
+        """Per line of the response: PROSE, LIST (a list item's line) or NONPROSE (heading, rule, code, table,
+        HTML), for the reader's paragraphs. A lazy continuation line after a list item ("- b\nText.") is prose,
+        an indented one is the item's."""
+        kinds = [PROSE] * len(self.line_starts)
+        for a, b in self._item_maps:
+            kinds[a] = LIST
+            for line in range(a + 1, min(b, len(kinds))):
+                if self.text[self.line_starts[line]:self.line_starts[line] + 1] in (" ", "\t"):
+                    kinds[line] = LIST
+        for a, b in self._nonprose_maps:
+            kinds[a:b] = [NONPROSE] * (min(b, len(kinds)) - a)
+        return kinds
+
     def _walk(self, toks) -> None:
         lists: list[bool] = []  # ordered flag of each open list
+        list_spans: list[Span] = []
         items = in_tbody = 0
         row_cursor = row_end = column = 0
         headers: list[str] = []
@@ -324,11 +490,13 @@ class _Markdown:
             if kind in ("bullet_list_open", "ordered_list_open"):
                 span = self._line_span(*t.map)
                 lists.append(kind == "ordered_list_open")
+                list_spans.append(span)
                 self.blocks["list"].append(span)
                 self.list_depths.append((span, len(lists)))
                 self.ordered[span] = lists[-1]
             elif kind in ("bullet_list_close", "ordered_list_close"):
                 lists.pop()
+                list_spans.pop()
             elif kind == "list_item_open":
                 items += 1
                 span = self._line_span(*t.map)
@@ -337,10 +505,13 @@ class _Markdown:
                 span = strip_span(self.text, mark + len(t.markup) if mark >= 0 else span[0], span[1])
                 self.elements["list_item"].append(span)
                 self.ordered[span] = lists[-1]
+                self.list_of[span] = list_spans[-1]
+                self._item_maps.append(t.map)
             elif kind == "list_item_close":
                 items -= 1
             elif kind == "table_open":
                 self.blocks["table"].append(self._line_span(*t.map))
+                self._nonprose_maps.append(t.map)
                 headers = []
             elif kind in ("tbody_open", "tbody_close"):
                 in_tbody = kind == "tbody_open"
@@ -356,8 +527,10 @@ class _Markdown:
                     a += 1
                     if b - 1 >= a and self.text.startswith(t.markup, self._line_span(b - 1, b)[0]):
                         b -= 1
+                self._nonprose_maps.append(t.map)
                 span = self._line_span(a, b)
                 self.blocks["code"].append(span)
+                self.nonprose_leaves.append(span)
                 self.lang[span] = t.info.split()[0].lower() if t.info.strip() else ""
                 self.leaves.append(span)
                 doc = _parse_json(t.content)
@@ -367,7 +540,12 @@ class _Markdown:
             elif kind == "blockquote_open":
                 self.blocks["quote"].append(self._line_span(*t.map))
             elif kind == "html_block":
-                self.leaves.append(self._line_span(*t.map))
+                span = self._line_span(*t.map)
+                self.leaves.append(span)
+                self.nonprose_leaves.append(span)
+                self._nonprose_maps.append(t.map)
+            elif kind == "hr":
+                self._nonprose_maps.append(t.map)
             elif kind == "inline":
                 parent = toks[i - 1].type
                 first = t.content.split("\n", 1)[0]
@@ -386,6 +564,7 @@ class _Markdown:
                         self.column[span] = (column, headers[column] if column < len(headers) else "")
                     column += 1
                     self.leaves.append(span)
+                    self.nonprose_leaves.append(span)
                 elif t.map is not None:
                     line = self.line_starts[t.map[0]]
                     a = self.text.find(first, line, self.line_starts[t.map[0] + 1]) if first else -1
@@ -395,6 +574,8 @@ class _Markdown:
                         self._headings.append((level, toks[i - 1].map[0]))
                         self.elements["heading"].append(span)
                         self.level[span] = level
+                        self.nonprose_leaves.append(span)
+                        self._nonprose_maps.append(toks[i - 1].map)
                     elif parent == "paragraph_open" and not items:
                         self.prose.append(span)
                     self.leaves.append(span)

@@ -31,7 +31,7 @@ from ifcore import rewards
 from ifcore.jsonl import iter_jsonl
 from ifcore.patterns import code_point_runs, compile_pattern
 from ifcore.schema import Constraint, ConstraintError
-from ifcore.text import Doc, Span, json_depth, strip_span, word_texts
+from ifcore.text import MARKUP_RE, Doc, Span, json_depth, strip_markup, strip_span, word_texts
 
 # CPU seconds that label regular expressions may take in one verify() call: base + per character of the
 # response. Only a pattern that backtracks badly comes near it (RE2 runs the rest in linear time); a segment
@@ -71,6 +71,7 @@ class Verdict:
     records: list[Record]
     evidence: list[Span] = field(default_factory=list)
     budget_exceeded: bool = False  # a label regex ran out of REGEX_CPU_SECONDS; its segments count violated
+    selected: int = 0  # existing segments the scope selected; 0 says that a pass was vacuous
 
     def graded(self, alpha: float = 3.0) -> float:
         """g_i, ScopeIF eq. 6: the geometric mean of the records' graded rewards (eq. 5, 8, 9); 1 with no
@@ -88,7 +89,8 @@ class Verdict:
 
     def to_dict(self, alpha: float = 3.0) -> dict:
         out = {"satisfied": self.satisfied, "records": [r.to_dict() for r in self.records],
-               "evidence": [list(e) for e in self.evidence], "graded": self.graded(alpha)}
+               "evidence": [list(e) for e in self.evidence], "graded": self.graded(alpha),
+               "selected": self.selected}
         if self.budget_exceeded:
             out["budget_exceeded"] = True
         return out
@@ -151,7 +153,10 @@ def _verify(c: Constraint, doc: Doc, budget: list | None) -> Verdict:
     select, measure, (bounds, uses_previous), _ = c._plan
     records, ev_all, ev_bad = [], [], []
     prev_value, prev_group = None, object()
-    for span, missing, group, parent in select(doc, doc.root):
+    selected = select(doc, doc.root)
+    if not selected and c.nonempty:  # the instruction presupposes what the scope looks for: a missing record
+        return Verdict(False, [Record(None, None, None, doc.root)], [doc.root], bool(budget and budget[1]), 0)
+    for span, missing, group, parent in selected:
         if missing:
             if uses_previous:
                 prev_group = object()  # nothing to compare the next segment with
@@ -171,7 +176,8 @@ def _verify(c: Constraint, doc: Doc, budget: list | None) -> Verdict:
         if not rec.ok:
             ev_bad.extend(ev)
     satisfied = not ev_bad
-    return Verdict(satisfied, records, _merge(ev_bad if ev_bad else ev_all), bool(budget and budget[1]))
+    return Verdict(satisfied, records, _merge(ev_bad if ev_bad else ev_all), bool(budget and budget[1]),
+                   sum(1 for _, missing, _, _ in selected if not missing))
 
 
 def verify_all(constraints: list[Constraint | dict], response: str | Doc) -> list[Verdict]:
@@ -238,8 +244,8 @@ def _unit_getter(d: dict, unit_key: str = "unit", parent: tuple | None = None):
         if isinstance(col, int):
             filters.append(lambda doc, sp, seg: doc.markdown.column.get(sp, (None, ""))[0] == col)
         else:
-            want = col.strip().casefold()
-            filters.append(lambda doc, sp, seg: doc.markdown.column.get(sp, (None, ""))[1].casefold() == want)
+            want = _bare(col).casefold()  # "**Price:**" is the Price column
+            filters.append(lambda doc, sp, seg: _bare(doc.markdown.column.get(sp, (None, ""))[1]).casefold() == want)
 
     own = bool(d.get("exclude_nested"))
 
@@ -417,6 +423,11 @@ def _count(t: dict, parent: tuple | None = None):
             units = get(doc, span)
             return len(units), units or [span]
         return count_structures
+    if what == "char":  # characters a reader sees: inline markup (**, _, `) is not counted
+        def count_chars(doc, span):
+            s, e = span
+            return len(get(doc, span)) - sum(len(m.group()) for m in MARKUP_RE.finditer(doc.text, s, e)), [span]
+        return count_chars
     return lambda doc, span: (len(get(doc, span)), [span])
 
 
@@ -486,7 +497,10 @@ def _char_class(test):
 
 
 def _punctuation(doc, span):
-    return _punctuation_measure()(doc, span)
+    """Unicode punctuation, not counting the asterisks and underscores of inline markup."""
+    n, hits = _punctuation_measure()(doc, span)
+    s, e = span
+    return n - sum(m.group().count("*") + m.group().count("_") for m in MARKUP_RE.finditer(doc.text, s, e)), hits
 
 
 _CLASS = {
@@ -563,8 +577,8 @@ def _has(t: dict):
 
 
 def _bare(s: str) -> str:
-    """Heading text without Markdown emphasis, surrounding punctuation or a trailing colon."""
-    return s.strip().strip("*_`#").strip().rstrip(":").strip()
+    """Heading or header text without Markdown emphasis, surrounding punctuation or a trailing colon."""
+    return strip_markup(s.strip()).strip("*_`#").strip().rstrip(":").strip()
 
 
 def _json_keys(doc):
@@ -658,12 +672,17 @@ def _boundary(t: dict):
     else:
         left, right = (t[head], None) if head == "starts_with" else (None, t[head])
 
-    def check(doc, span):
-        s, e = strip_span(doc.text, *span)
-        text = fold(doc.text[s:e])
+    def holds(text: str) -> bool:
         ok = (left is None or text.startswith(fold(left))) and (right is None or text.endswith(fold(right)))
         if head == "wrapped":  # "()" wraps nothing when the two markers overlap
             ok = ok and len(text) >= len(left) + len(right)
+        return ok
+
+    def check(doc, span):
+        s, e = strip_span(doc.text, *span)
+        text = fold(doc.text[s:e])
+        # As written, or as a reader sees it: "**Scene 1**: ..." starts with "Scene".
+        ok = holds(text) or holds(strip_markup(text).strip())
         ev = []
         if left is not None:
             ev.append((s, min(e, s + max(len(left), 1))))

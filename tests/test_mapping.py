@@ -332,7 +332,7 @@ DIFFERENCES = [
     ("count:unique_word_count", {"N": 2.0}, "cat \u2014 cat", True),
     ("count:pronouns", {"N": 1.0}, "an all-in-one tool", False),
     ("ratio:sentence_balance", {}, "Dr.\n\n\u2014", True),
-    ("ratio:sentence_words", {}, "- item\n- item\n# Head", False),
+    ("ratio:sentence_words", {}, "- item\n- item\n- item", False),
     ("words:repeats", {"small_n": 1.0}, "\u2026 \u2026", False),
     ("sentence:keyword", {"word": "cat", "N": 2.0}, "Cat\n\ncat\u2014", False),
     ("sentence:increment", {"small_n": 1.0}, "b\n\nit", True),
