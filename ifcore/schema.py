@@ -193,7 +193,7 @@ def _need_choice(x: Any, choices, path: str) -> None:
         raise ConstraintError(path, f"expected one of {list(choices)}, got {_show(x)}")
 
 
-UNIT_OPTIONS = ("kind", "level", "ordered", "lang", "column", "prose", "exclude_nested")
+UNIT_OPTIONS = ("kind", "level", "ordered", "lang", "column", "prose", "all_text", "exclude_nested")
 
 
 def _unit_kind(d: dict, path: str, unit_key: str = "unit", units=UNITS) -> None:
@@ -215,6 +215,8 @@ def _unit_kind(d: dict, path: str, unit_key: str = "unit", units=UNITS) -> None:
              "lang": (kind == "code", "code blocks"),
              "column": (kind == "table_cell", "table_cell elements"),
              "prose": (unit in ("paragraph", "sentence"), "paragraph and sentence units"),
+             "all_text": (unit in ("paragraph", "sentence") and not d.get("prose"),
+                          "paragraph and sentence units without prose"),
              "exclude_nested": (kind == "list_item", "list_item elements")}
     for opt, (ok, who) in where.items():
         if opt not in d:
@@ -223,12 +225,12 @@ def _unit_kind(d: dict, path: str, unit_key: str = "unit", units=UNITS) -> None:
             raise ConstraintError(p(opt), f"only {who} take {opt!r}")
         v = d[opt]
         good = {"level": _is_int(v) and 1 <= v <= 6, "ordered": isinstance(v, bool), "prose": isinstance(v, bool),
-                "exclude_nested": isinstance(v, bool),
+                "all_text": isinstance(v, bool), "exclude_nested": isinstance(v, bool),
                 "lang": isinstance(v, str) and v != "",
                 "column": (_is_int(v) and v >= 0) or (isinstance(v, str) and v != "")}[opt]
         if not good:
             want = {"level": "an integer 1-6", "ordered": "true or false", "prose": "true or false",
-                    "exclude_nested": "true or false",
+                    "all_text": "true or false", "exclude_nested": "true or false",
                     "lang": "a non-empty string", "column": "a column index (0-based) or header text"}[opt]
             raise ConstraintError(p(opt), f"expected {want}, got {_show(v)}")
 

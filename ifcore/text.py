@@ -116,7 +116,10 @@ def _join_abbreviations(text: str, pieces) -> list[Span]:
             nxt = text[i] if i < n else ""
             if nxt.islower() or nxt.isdigit():  # rare: most sentences start with a capital
                 m = _LAST_TOKEN_RE.search(text, out[-1][0], out[-1][1])
-                if m and m.group(1).lower() in _AMBIGUOUS_ABBREVIATIONS:
+                # An abbreviation that goes on ("etc. are"), or a quoted question inside a sentence
+                # ('Asking "Why?" can be kind.').
+                if (m and m.group(1).lower() in _AMBIGUOUS_ABBREVIATIONS) or _QUOTED_END_RE.search(
+                        text, out[-1][0], out[-1][1]):
                     out[-1] = (out[-1][0], b)
                     continue
         out.append((a, b))
@@ -126,6 +129,8 @@ def _join_abbreviations(text: str, pieces) -> list[Span]:
 # Punkt ends sentences only at ".", "?" or "!" followed by whitespace (after any closing quotes or brackets).
 _SENTENCE_END_RE = re.compile(r"[.?!][\"'\u201d\u2019)\]*_]*\s")
 _CLOSERS = frozenset("*_\"'\u201d\u2019)].")
+_ORDERED_MARKER_RE = re.compile(r"^[ \t]*(\d{1,9})[.)](?=[ \t]|$)", re.M)
+_QUOTED_END_RE = re.compile(r"[?!][\"'\u201d\u2019]\W*$")
 _OPENERS = frozenset("*_\"'“‘([ ")
 
 
@@ -232,7 +237,10 @@ class Doc:
 
     @cached_property
     def words(self) -> list[Span]:
-        return word_spans(self.text, *self.root)
+        """The words of the response; an ordered list's marker ("1.", "2)") is not a word."""
+        words = word_spans(self.text, *self.root)
+        markers = {m.span(1) for m in _ORDERED_MARKER_RE.finditer(self.text, *self.root)}
+        return [w for w in words if w not in markers] if markers else words
 
     @cached_property
     def all_sentences(self) -> list[Span]:
@@ -297,13 +305,14 @@ class Doc:
     def prose_sentences(self) -> list[Span]:
         return [sp for sp in self.sentences if _contained(self.prose_paragraphs, sp)]
 
-    def units(self, unit: str, kind: str | None = None, prose: bool = False) -> list[Span]:
-        """All units of a kind over the root, in document order. `prose` keeps only paragraphs (and their
-        sentences) that are CommonMark paragraphs outside lists and tables (schema extension X7)."""
+    def units(self, unit: str, kind: str | None = None, prose: bool | str = False) -> list[Span]:
+        """All units of a kind over the root, in document order. `prose` True keeps only paragraphs (and their
+        sentences) that are CommonMark paragraphs outside lists and tables (schema extension X7); "all" gives
+        v1's paragraphs (runs of non-blank lines) and the sentences of every text leaf (option `all_text`)."""
         if unit == "paragraph":
-            return self.prose_paragraphs if prose else self.paragraphs
+            return self.chunks if prose == "all" else self.prose_paragraphs if prose else self.paragraphs
         if unit == "sentence":
-            return self.prose_sentences if prose else self.sentences
+            return self.all_sentences if prose == "all" else self.prose_sentences if prose else self.sentences
         if unit == "response":
             return [self.root]
         if unit == "line":
@@ -320,7 +329,7 @@ class Doc:
             return self.markdown.elements[kind]
         raise ValueError(f"unknown unit {unit!r}")
 
-    def within(self, unit: str, seg: Span, kind: str | None = None, prose: bool = False) -> list[Span]:
+    def within(self, unit: str, seg: Span, kind: str | None = None, prose: bool | str = False) -> list[Span]:
         """The units inside one segment, in order. Text units overlapping the segment are clipped to it (a
         sentence of a line is the part of the sentence on that line); structural units must lie inside it,
         and for lists only the outermost inside the segment count as its list blocks."""
@@ -351,9 +360,16 @@ class Doc:
         starts, ends = self._bounds(unit, prose)
         i, j = bisect.bisect_right(ends, s), bisect.bisect_left(starts, e)
         out = spans[i:j]
+        if unit.endswith("sentences") or unit == "sentence":
+            if seg in self._line_set:  # the sentences on a line are whole, even when wrapped onto the next
+                return out
         if out and (out[0][0] < s or out[-1][1] > e):
             out = [c for c in (self._clip(unit, a, b, s, e) for a, b in out) if c]
         return out
+
+    @cached_property
+    def _line_set(self) -> set:
+        return set(self.lines)
 
     def _lists_crossing(self, s: int, e: int) -> list[Span]:
         """The part of a top-level list that crosses the segment's edge, when whole items of it lie inside:
@@ -390,7 +406,7 @@ class Doc:
             return None  # the part of a cut word inside the segment holds no letter or digit
         return (a, b) if a < b else None
 
-    def _bounds(self, unit: str, prose: bool) -> tuple[list[int], list[int]]:
+    def _bounds(self, unit: str, prose: bool | str) -> tuple[list[int], list[int]]:
         cache = self.__dict__.setdefault("_bounds_cache", {})
         key = (unit, prose)
         if key not in cache:

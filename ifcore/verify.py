@@ -229,7 +229,10 @@ def _unit_getter(d: dict, unit_key: str = "unit", parent: tuple | None = None):
     """`(doc, seg) -> spans` for a unit with its kind and filter options (extensions X6, X7). When the
     segments are themselves units of the same kind (`parent`), a segment is not one of its own parts: the
     list items of a list item are its sub-items."""
-    unit, kind, prose = d[unit_key], d.get("kind"), bool(d.get("prose"))
+    # prose: True keeps CommonMark paragraphs outside lists and tables (X7); "all" reads every run of
+    # non-blank lines as a paragraph and every text leaf (headings, cells, code) as sentences, as v1 did.
+    unit, kind = d[unit_key], d.get("kind")
+    prose = True if d.get("prose") else ("all" if d.get("all_text") else False)
     filters = []
     if parent == (unit, kind) and unit in ("block", "element", "section"):
         filters.append(lambda doc, sp, seg: sp != seg)
@@ -534,7 +537,9 @@ def _inside(items: list, span: Span) -> list:
 def _depth(t: dict):
     if t["depth"] == "list":
         def list_depth(doc, span):
-            lists = _inside(doc.markdown.list_depths, span)
+            # Lists inside the segment, and the part of an outermost list that a paragraph holds when CommonMark
+            # merged the lists of neighbouring paragraphs (Doc.within does the same for list counts).
+            lists = _inside(doc.markdown.list_depths, span) + [(p, 1) for p in doc._lists_crossing(*span)]
             if not lists:
                 return 0, [span]
             base = min(d for _, d in lists)

@@ -199,3 +199,41 @@ def test_segmentation_invariants(text):
     prose = d.paragraphs
     for a, b in d.sentences:  # sentences are prose: each lies in a paragraph or a list item
         assert any(pa <= a and b <= pb for pa, pb in prose + d.markdown.elements["list_item"]) or not prose
+
+
+def test_a_quoted_question_inside_a_sentence_does_not_end_it():
+    d = Doc('Asking "What\'s your pronoun?" can be kind. He yelled "Stop!" Then he ran.')
+    assert texts(d, d.sentences) == ['Asking "What\'s your pronoun?" can be kind.', 'He yelled "Stop!"', "Then he ran."]
+
+
+def test_the_sentences_of_a_line_are_whole():
+    # "In the line that names X, the sentence must have at least 6 words": a wrapped sentence is not cut at the
+    # line end.
+    text = "Never cheat on a test or\na quiz. Study instead.\nRest well."
+    c = {"scope": [{"unit": "line", "select": "where", "if": {"target": {"count": "occurrence", "of": "cheat"},
+                                                                "range": {"min": 1}}},
+                   {"unit": "sentence", "select": "each"}], "target": {"count": "word"}, "range": {"min": 6}}
+    assert check(c, text) == ([8], True)
+
+
+def test_ordered_list_markers_are_not_words():
+    assert check({"target": {"count": "word"}, "range": {"eq": 5}}, "1. Mix flour\n2. Bake it\n10) Serve") == \
+        ([5], True)
+    assert check({"target": {"count": "word"}, "range": {"eq": 5}}, "We need 2. Then 3.") == ([5], True)  # mid-line
+
+
+def test_list_depth_of_paragraphs_that_open_with_lists():
+    text = "- a\n  - b\ntext one.\n\n- c\ntext two.\n\n- d\n  - e\n    - f\ntext three."
+    c = {"scope": [{"unit": "paragraph", "select": "each"}], "target": {"depth": "list"}, "range": {"min": 1}}
+    assert check(c, text) == ([2, 1, 3], True)
+
+
+def test_all_text_reads_paragraphs_and_sentences_as_v1_did():
+    text = "## Head\n\nText here. More.\n\n| a |\n|---|\n| Cell one. Two. |"
+    counts = {}
+    for name, opt in (("default", {}), ("all_text", {"all_text": True})):
+        counts[name] = [check({"target": {"count": u, **opt}, "range": {"min": 0}}, text)[0][0]
+                        for u in ("paragraph", "sentence")]
+    assert counts == {"default": [1, 2], "all_text": [3, 6]}  # Head; 2 prose; header cell a; 2 in the cell
+    with pytest.raises(ValueError, match="all_text"):
+        ifcore.Constraint.from_dict({"target": {"count": "word", "all_text": True}, "range": {"min": 0}})
