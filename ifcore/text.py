@@ -68,7 +68,7 @@ def word_texts(text: str) -> list[str]:
 
 # Line breaks as CommonMark counts them (\r\n, \r, \n), so that line numbers agree with the parser's.
 _LINE_RE = re.compile(r"[^\r\n]*\S[^\r\n]*")
-_BLANK_RUN_RE = re.compile(r"(?:\r\n?|\n)[ \t\f\v]*(?:\r\n?|\n)\s*")
+_BLANK_RUN_RE = re.compile(r"(?:\r\n|\r(?!\n)|\n)[ \t\f\v]*(?:\r\n|\r(?!\n)|\n)\s*")  # one CRLF is one break
 _BREAK_RE = re.compile(r"\r\n?|\n")
 # A line that could open a Markdown block other than a paragraph. When no line matches, CommonMark yields
 # only paragraphs (the blank-line runs), so skipping the parser is exact, not a heuristic.
@@ -93,22 +93,57 @@ _AMBIGUOUS_ABBREVIATIONS = {"etc", "fig", "figs", "no", "nos", "vol", "min", "ma
 _LAST_TOKEN_RE = re.compile(r"([A-Za-z]+)\.\W*$")
 
 
+def _plain_sentences(text: str) -> list[Span] | None:
+    """Punkt's sentences of a leaf whose every sentence end is plain: "?" or "!", or "." right after a word of
+    two or more letters that is no known abbreviation, each followed by whitespace or the end (Punkt always
+    breaks there). None when any end needs Punkt's judgement (abbreviations, initials, numbers, ellipses,
+    closing quotes or brackets). Most prose is plain, and this is much cheaper than Punkt."""
+    out, start = [], 0
+    abbreviations = _PUNKT._params.abbrev_types
+    for m in _END_CHAR_RE.finditer(text):
+        i = m.start()
+        nxt = text[i + 1:i + 2]
+        if nxt and not nxt.isspace():
+            if nxt.isalnum():
+                continue  # inside a token ("3.5", "e.g"): never an end
+            return None
+        if text[i] == ".":
+            w = _LETTERS_BEFORE_RE.search(text, max(0, i - 40), i)
+            if not w or w.end() != i or len(w.group()) < 2 or w.group().lower() in abbreviations or (
+                    w.start() > 0 and not text[w.start() - 1].isspace()):
+                return None
+        out.append((start, i + 1))
+        start = i + 1
+        while start < len(text) and text[start].isspace():  # a piece starts at its first token, as Punkt's
+            start += 1
+    if text[start:].strip():
+        out.append((start, len(text)))
+    return out
+
+
+def _is_abbreviation(text: str, dot: int) -> bool:
+    """Whether the word before the period at `dot` is a known abbreviation ("Dr.", "e.g."); a single letter
+    at a line end is not taken for an initial ("2 W.")."""
+    m = _WORD_BEFORE_DOT_RE.search(text, max(0, dot - 16), dot)
+    return bool(m) and len(m.group(1)) > 1 and m.group(1).lower() in _PUNKT._params.abbrev_types
+
+
 def _join_abbreviations(text: str, pieces) -> list[Span]:
     """Punkt's sentence spans of `text`, joined where a piece ends in an abbreviation that the next piece
     continues."""
     out: list[Span] = []
     n = len(text)
     for a, b in pieces:
-        if out:  # closing markup or brackets that Punkt cut off ('?*" Then', ').') belong to the sentence before
-            k = a
-            while k < b and text[k] in _CLOSERS:
-                k += 1
-            if k > a and (k == b or text[k].isspace()):
+        if out and not text[a].isalnum():
+            # A leading token without letters or digits that Punkt cut off ('?*" Then', ').', '! 🎉 Next')
+            # belongs to the sentence before.
+            k = _NON_SPACE_RE.match(text, a, b).end()
+            if k > a and not _ALNUM_RE.search(text, a, k):
                 out[-1] = (out[-1][0], k)
                 a = k
-                if not _ALNUM_RE.search(text, a, b):
-                    out[-1] = (out[-1][0], b)
-                    continue
+            if not _ALNUM_RE.search(text, a, b):  # nothing but symbols or emoji: the end of the sentence before
+                out[-1] = (out[-1][0], b)
+                continue
         if out:
             i = a
             while i < b and text[i] in _OPENERS:
@@ -128,8 +163,13 @@ def _join_abbreviations(text: str, pieces) -> list[Span]:
 
 # Punkt ends sentences only at ".", "?" or "!" followed by whitespace (after any closing quotes or brackets).
 _SENTENCE_END_RE = re.compile(r"[.?!][\"'\u201d\u2019)\]*_]*\s")
-_CLOSERS = frozenset("*_\"'\u201d\u2019)].")
+_DIGIT_MARK_RE = re.compile(r"\d[.)](?:\s|$)")
 _ORDERED_MARKER_RE = re.compile(r"^[ \t]*(\d{1,9})[.)](?=[ \t]|$)", re.M)
+_LINE_END_RE = re.compile(r"[.?!][\"'\u201d\u2019)\]*_]*(?=[ \t]*\n[\W_]*[A-Z])")
+_WORD_BEFORE_DOT_RE = re.compile(r"([A-Za-z][A-Za-z.]*)$")
+_NON_SPACE_RE = re.compile(r"\S*")
+_END_CHAR_RE = re.compile(r"[.?!]")
+_LETTERS_BEFORE_RE = re.compile(r"[^\W\d_]+$")
 _QUOTED_END_RE = re.compile(r"[?!][\"'\u201d\u2019]\W*$")
 _OPENERS = frozenset("*_\"'“‘([ ")
 
@@ -213,17 +253,22 @@ class Doc:
         s, e = self.root
         if not _MARKDOWNISH_RE.search(self.text, s, e):
             return self.chunks
-        md = self.markdown
+        # Only headings and list items besides text (most answers): the kind of each line is plain from the
+        # line itself, and the parser is not needed (tests/test_fidelity.py checks both ways agree).
+        fast = None if _HARD_MARKDOWN_RE.search(self.text, s, e) or "markdown" in self.__dict__ else \
+            _simple_line_kinds(self.text, s, e)
+        line_starts, kinds = fast or (self.markdown.line_starts, self.markdown.line_kinds)
         out = []
         for a, b in self.chunks:
-            first, last = md.line_of(a), md.line_of(b - 1)
+            first = bisect.bisect_right(line_starts, a) - 1
+            last = bisect.bisect_right(line_starts, b - 1) - 1
             run, has_prose = [], False
             for line in range(first, last + 2):
-                kind = md.line_kinds[line] if line <= last else NONPROSE
+                kind = kinds[line] if line <= last else NONPROSE
                 if kind == NONPROSE:
                     if run and has_prose:
-                        out.append(strip_span(self.text, max(a, md.line_starts[run[0]]),
-                                              min(b, md.line_starts[run[-1] + 1] - 1)))
+                        out.append(strip_span(self.text, max(a, line_starts[run[0]]),
+                                              min(b, line_starts[run[-1] + 1] - 1)))
                     run, has_prose = [], False
                 else:
                     run.append(line)
@@ -239,23 +284,15 @@ class Doc:
     def words(self) -> list[Span]:
         """The words of the response; an ordered list's marker ("1.", "2)") is not a word."""
         words = word_spans(self.text, *self.root)
+        if not _DIGIT_MARK_RE.search(self.text, *self.root):
+            return words
         markers = {m.span(1) for m in _ORDERED_MARKER_RE.finditer(self.text, *self.root)}
         return [w for w in words if w not in markers] if markers else words
 
     @cached_property
     def all_sentences(self) -> list[Span]:
         """Sentences of every text leaf: headings, table cells and code too."""
-        out = []
-        for ls, le in self.text_leaves:
-            if not _SENTENCE_END_RE.search(self.text, ls, le):  # no place Punkt could split: one sentence
-                out.append((ls, le))
-                continue
-            pieces = _PUNKT.span_tokenize(self.text[ls:le])
-            for a, b in _join_abbreviations(self.text[ls:le], pieces):
-                a, b = strip_span(self.text, ls + a, ls + b)
-                if a < b:
-                    out.append((a, b))
-        return out
+        return [sp for leaf in self.text_leaves for sp in self._leaf_sentences(leaf)]
 
     @cached_property
     def sentences(self) -> list[Span]:
@@ -265,7 +302,30 @@ class Doc:
         if not _MARKDOWNISH_RE.search(self.text, s, e):
             return self.all_sentences
         skip = self.markdown.nonprose_leaves
-        return [sp for sp in self.all_sentences if not _contained(skip, sp)] if skip else self.all_sentences
+        return [sp for leaf in self.text_leaves if not (skip and _contained(skip, leaf))
+                for sp in self._leaf_sentences(leaf)]
+
+    def _leaf_sentences(self, leaf: Span) -> list[Span]:
+        cache = self.__dict__.setdefault("_sentences_of", {})
+        if leaf in cache:
+            return cache[leaf]
+        ls, le = leaf
+        if not _SENTENCE_END_RE.search(self.text, ls, le):  # no place Punkt could split: one sentence
+            cache[leaf] = [leaf]
+            return cache[leaf]
+        out, text = [], self.text[ls:le]
+        pieces = _plain_sentences(text)
+        for a, b in _join_abbreviations(text, _PUNKT.span_tokenize(text) if pieces is None else pieces):
+            # A sentence end at a line end, the next line starting with a capital, ends the sentence even where
+            # Punkt reads an initial ("2 W.\nAbove ...").
+            cuts = [m.end() for m in _LINE_END_RE.finditer(text, a, b) if not _is_abbreviation(text, m.start())
+                    ] if text.find("\n", a, b) >= 0 else []
+            for x, y in zip([a] + cuts, cuts + [b]):
+                x, y = strip_span(self.text, ls + x, ls + y)
+                if x < y:
+                    out.append((x, y))
+        cache[leaf] = out
+        return out
 
     @cached_property
     def text_leaves(self) -> list[Span]:
@@ -413,6 +473,54 @@ class Doc:
             spans = self.all_sentences if unit == "all_sentences" else self.units(unit, None, prose)
             cache[key] = ([a for a, _ in spans], [b for _, b in spans])
         return cache[key]
+
+
+# Lines that need the CommonMark parser to classify: fences, tables, HTML, quotes, indented code, rules and setext
+# underlines (a line of only - * _ =), link reference definitions. Without them a line's kind is its own.
+_HARD_MARKDOWN_RE = re.compile(r"^(?: {0,3}(?:```|~~~|<|>|\[)| {4}|\t|[ \t]*[-*_=][-*_= \t]*$)|\|", re.M)
+_ATX_RE = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
+_ITEM_RE = re.compile(r" {0,3}(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
+
+
+def _simple_line_kinds(text: str, s: int, e: int) -> tuple[list[int], list[int]]:
+    """(line starts, kind of each line) of text[s:e] holding no _HARD_MARKDOWN_RE line: an ATX heading is
+    NONPROSE, a list item's first line LIST, an indented line after a list item LIST (its continuation), any
+    other line PROSE (a lazy continuation after an item included), as the parser-based kinds give."""
+    starts = [s] + [m.end() for m in _BREAK_RE.finditer(text, s, e)] + [e + 1]
+    kinds, in_list, column, after_blank = [], False, 0, False
+    for i in range(len(starts) - 1):
+        a = starts[i]
+        line = text[a:starts[i + 1]]
+        body = line.lstrip(" \t")
+        if not body.strip():  # blank (only between chunks): keeps the list open
+            kinds.append(PROSE)
+            after_blank = True
+            continue
+        indent = len(line) - len(body)
+        head = body[0]
+        m = _ITEM_RE.match(text, a) if head in "-*+" or head.isdigit() else None
+        if m and head.isdigit() and kinds and kinds[-1] == PROSE and not in_list and not after_blank \
+                and m.group().strip()[:-1] != "1":
+            m = None  # an ordered item other than 1 cannot interrupt a paragraph: a lazy continuation line
+        if head == "#" and _ATX_RE.match(text, a):
+            kinds.append(NONPROSE)
+            in_list = False
+        elif m:
+            kinds.append(LIST)
+            # The item's content column: a line after a blank one belongs to the item only when indented as far.
+            rest = text[m.end():starts[i + 1]]
+            own = m.end() - a + len(rest) - len(rest.lstrip(" \t")) if rest.strip() else m.end() - a
+            # The content column of the open top-level item: a marker left of it starts a new top-level item.
+            column = column if in_list and indent >= column else own
+            in_list = True
+        elif in_list and indent and (not after_blank or indent >= column):
+            kinds.append(LIST)
+        else:
+            kinds.append(PROSE)
+            in_list = in_list and not after_blank  # a lazy continuation line keeps the item open
+        after_blank = False
+    kinds.append(NONPROSE)  # the sentinel line past the end
+    return starts, kinds
 
 
 def _outermost(spans: list[Span]) -> list[Span]:

@@ -47,6 +47,7 @@ _DOCS_CHARS = 0
 _DOCS_LOCK = threading.Lock()
 
 Measure = tuple[int, list[Span]]
+_MARKUP_CHAR_RE = re.compile(r"[*_`~]")
 
 
 @dataclass
@@ -152,7 +153,7 @@ def _has_key(x, key: str) -> bool:
 def _verify(c: Constraint, doc: Doc, budget: list | None) -> Verdict:
     select, measure, (bounds, uses_previous), _ = c._plan
     records, ev_all, ev_bad = [], [], []
-    prev_value, prev_group = None, object()
+    prev_value, prev_group, existing = None, object(), 0
     selected = select(doc, doc.root)
     if not selected and c.nonempty:  # the instruction presupposes what the scope looks for: a missing record
         return Verdict(False, [Record(None, None, None, doc.root)], [doc.root], bool(budget and budget[1]), 0)
@@ -164,6 +165,7 @@ def _verify(c: Constraint, doc: Doc, budget: list | None) -> Verdict:
             lo, hi, _ = bounds(doc, None, span, parent)
             rec, ev = Record(lo, hi, None, span), [span]
         else:
+            existing += 1
             value, ev = measure(doc, span)
             has_prev = group == prev_group
             prev, prev_value, prev_group = prev_value, value, group
@@ -176,8 +178,7 @@ def _verify(c: Constraint, doc: Doc, budget: list | None) -> Verdict:
         if not rec.ok:
             ev_bad.extend(ev)
     satisfied = not ev_bad
-    return Verdict(satisfied, records, _merge(ev_bad if ev_bad else ev_all), bool(budget and budget[1]),
-                   sum(1 for _, missing, _, _ in selected if not missing))
+    return Verdict(satisfied, records, _merge(ev_bad if ev_bad else ev_all), bool(budget and budget[1]), existing)
 
 
 def verify_all(constraints: list[Constraint | dict], response: str | Doc) -> list[Verdict]:
@@ -429,7 +430,9 @@ def _count(t: dict, parent: tuple | None = None):
     if what == "char":  # characters a reader sees: inline markup (**, _, `) is not counted
         def count_chars(doc, span):
             s, e = span
-            return len(get(doc, span)) - sum(len(m.group()) for m in MARKUP_RE.finditer(doc.text, s, e)), [span]
+            if not _MARKUP_CHAR_RE.search(doc.text, s, e):
+                return e - s, [span]
+            return e - s - sum(len(m.group()) for m in MARKUP_RE.finditer(doc.text, s, e)), [span]
         return count_chars
     return lambda doc, span: (len(get(doc, span)), [span])
 

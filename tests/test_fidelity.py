@@ -237,3 +237,44 @@ def test_all_text_reads_paragraphs_and_sentences_as_v1_did():
     assert counts == {"default": [1, 2], "all_text": [3, 6]}  # Head; 2 prose; header cell a; 2 in the cell
     with pytest.raises(ValueError, match="all_text"):
         ifcore.Constraint.from_dict({"target": {"count": "word", "all_text": True}, "range": {"min": 0}})
+
+
+def test_sentence_ends_at_a_line_end_and_trailing_emoji_stay():
+    d = Doc("*The threshold is 2 W.*\n*Above it, the dock charges.*\n\nGreat job! \U0001F389 Next one.")
+    assert texts(d, d.sentences) == ["*The threshold is 2 W.*", "*Above it, the dock charges.*",
+                                      "Great job! \U0001F389", "Next one."]
+    d = Doc("Ask Dr.\nSmith today.")
+    assert texts(d, d.sentences) == ["Ask Dr.\nSmith today."]
+
+
+LINES = ["Plain text here.", "More text", "# Heading", "## Sub heading", "- item", "* item", "+ item", "1. first",
+         "2) second", "  - nested", "  continued", "   three spaces", "#hashtag text", "-5 degrees", "*emph* text",
+         "", "", ""]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(LINES), max_size=12), st.sampled_from(["\n", "\r\n"]))
+def test_paragraphs_without_the_parser_agree_with_the_parser(lines, newline):
+    # Answers with only headings and lists besides text skip the CommonMark parse for paragraphs; the line kinds
+    # must be the parser's.
+    text = newline.join(lines)
+    fast = Doc(text).paragraphs
+    parsed = Doc(text)
+    parsed.markdown  # parsed first: paragraphs then come from the parser's line kinds
+    assert fast == parsed.paragraphs, repr(text)
+
+
+TOKENS = ["The", "cat", "sat", "on", "mats", "e.g.", "Dr.", "U.S.", "3.5", "No.", "etc.", "I", "A.", "ok.", "it.",
+          "went?", "home!", "\"Why?\"", "(see", "it).", "wait...", "**bold**", "Fig.", "2.", "x.", "\U0001F389", "—",
+          "end.\n", "Next.", "'quote.'", "*", "then"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(TOKENS), min_size=1, max_size=14))
+def test_the_plain_sentence_splitter_agrees_with_punkt(tokens):
+    # Prose whose sentence ends are all plain skips Punkt; where it applies it must split exactly as Punkt does.
+    import ifcore.text as T
+    text = " ".join(tokens)
+    plain = T._plain_sentences(text)
+    if plain is not None:
+        assert T._join_abbreviations(text, plain) == T._join_abbreviations(text, list(T._PUNKT.span_tokenize(text)))
