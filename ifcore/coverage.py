@@ -20,7 +20,8 @@ from ifcore.jsonl import JsonlError, iter_jsonl
 
 # Extensions of docs/schema_extensions.md that ifcore.schema accepts (a "Decision: adopted" line). X11 is
 # `has` with match/case, adopted as clarification 1 of that file.
-ADOPTED = frozenset({"X1", "X2", "X3", "X4", "X5", "X6", "X6b", "X7", "X8", "X9", "X10", "X11", "X12"})
+ADOPTED = frozenset({"X1", "X2", "X3", "X4", "X5", "X6", "X6b", "X7", "X8", "X9", "X10", "X11", "X12", "X13",
+                     "X14"})
 
 FIELDS = ("instruction_id", "constraint_index", "text", "category", "schema", "reason")
 

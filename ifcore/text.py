@@ -53,14 +53,30 @@ def word_spans(text: str, start: int = 0, end: int | None = None) -> list[Span]:
     return out
 
 
-# Inline Markdown delimiters around text (**bold**, _italic_, `code`, ~~struck~~): markup, not characters a
-# reader counts. A run counts when it opens text (after a non-word character, before a non-space) or closes it.
-MARKUP_RE = re.compile(r"(?<![\w\\*_~`])(?:\*{1,3}|_{1,3}|~~|`{1,2})(?=[^\s*_~`])"
-                       r"|(?<=[^\s\\*_~`])(?:\*{1,3}|_{1,3}|~~|`{1,2})(?![\w*_~`])")
+# Inline Markdown around text (**bold**, _italic_, `code`, ~~struck~~): the delimiters are markup, not characters a
+# reader counts. Only a pair counts, on one line, the opener not inside a word ("snake_case", "x_'y'" are text);
+# the body is at most 300 characters, so a line of unpaired "*" costs a bounded search per delimiter.
+MARKUP_RE = re.compile(r"(?<![\w\\*_~`])(?P<d>\*{1,3}(?!\*)|_{1,3}(?!_)|~~(?!~)|`{1,2}(?!`))(?!\s)"
+                       r"(?P<body>[^\n]{0,300}?[^\s\\])(?P=d)(?![\w*_~`])")
+
+
+def markup_delimiters(text: str, s: int, e: int) -> list[str]:
+    """The delimiters of the inline markup pairs in text[s:e], nested pairs included ("**_x_**": **, _)."""
+    out, stack = [], [text[s:e]]
+    while stack:
+        part = stack.pop()  # a slice: the lookbehind must not see the enclosing delimiter
+        for m in MARKUP_RE.finditer(part):
+            out.append(m["d"])
+            stack.append(m["body"])
+    return out
 
 
 def strip_markup(text: str) -> str:
-    return MARKUP_RE.sub("", text)
+    for _ in range(3):  # nested pairs, outermost first
+        text, n = MARKUP_RE.subn(r"\g<body>", text)
+        if not n:
+            break
+    return text
 
 
 def word_texts(text: str) -> list[str]:

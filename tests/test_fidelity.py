@@ -278,3 +278,11 @@ def test_the_plain_sentence_splitter_agrees_with_punkt(tokens):
     plain = T._plain_sentences(text)
     if plain is not None:
         assert T._join_abbreviations(text, plain) == T._join_abbreviations(text, list(T._PUNKT.span_tokenize(text)))
+
+
+def test_only_paired_markup_is_stripped():
+    count = {"target": {"count": "char"}, "range": {"min": 0}}
+    assert check(count, "**_ab_** c") == ([4], True)  # nested pairs
+    assert check(count, "x_'y' COMMENT_'verify_time'") == ([27], True)  # underscores in words are text
+    assert check(count, "```\n**a** b\n```") == ([15], True)  # code is counted as written
+    assert check(count, "*a *b") == ([5], True)  # no pair

@@ -49,6 +49,7 @@ import torch
 from ifcore.advantages import superior_cot_keep
 from ifcore.rewards import KINDS
 from ifcore.train import TRAINER_VERSION
+from ifcore.verify import VERIFY_VERSION
 from ifcore.train.model import chat_prompt, load_lora_policy, load_policy, think_gate
 from ifcore.train import rtt
 from ifcore.train.sft import NOTHINK_PREFIX, bc_loss, expert_batch, raif_prompt
@@ -284,7 +285,8 @@ def run_identity(cfg: TrainConfig, paths: dict) -> tuple[dict, str]:
         identity["rtt_discriminator"] = "given"
         identity["rtt_discriminator_sha256"] = hashlib.sha256(
             checksums(Path(cfg.rtt_discriminator)).encode()).hexdigest()
-    identity |= {"trainer_version": TRAINER_VERSION, "synth_version": synth.SYNTH_VERSION}
+    identity |= {"trainer_version": TRAINER_VERSION, "synth_version": synth.SYNTH_VERSION,
+                 "verify_version": VERIFY_VERSION}
     return identity, hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:8]
 
 

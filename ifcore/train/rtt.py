@@ -43,7 +43,7 @@ from ifcore.rtt_labels import CLASSES, annotation_prompt, parse_annotation, rele
 from ifcore.schema import Constraint
 from ifcore.text import Doc, reasoning_end, word_spans
 from ifcore.train.model import THINK_CLOSE
-from ifcore.verify import verify_all
+from ifcore.verify import VERIFY_VERSION, verify_all
 
 PROMPT = ("Identify which tokens in the response are relevant to the criteria.\n\nCriteria: {criteria}\n\n"
           "Response:\n\n")
@@ -554,7 +554,7 @@ def discriminator_key(cfg: DiscConfig, policy_path) -> str:
     from ifcore.train import TRAINER_VERSION
 
     spec = {"config": asdict(cfg), "policy": hashlib.sha256(checksums(Path(policy_path)).encode()).hexdigest(),
-            "rtt": RTT_VERSION, "trainer": TRAINER_VERSION, "synth": synth.SYNTH_VERSION}
+            "rtt": RTT_VERSION, "trainer": TRAINER_VERSION, "synth": synth.SYNTH_VERSION, "verify": VERIFY_VERSION}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
 

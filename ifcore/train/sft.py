@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ifcore.train.model import EMPTY_THINK, build_policy, chat_prompt, train_tokenizer
+from ifcore.verify import VERIFY_VERSION
 
 # RAIF's CoT trigger, the system turn of its RL prompts (the authors' code; ifcore.bench.cot_study.COT_SYSTEM, the
 # preliminary study's CoT mode, is the same text, which the train part may not import): reason in <think>, answer
@@ -199,7 +200,8 @@ def default_assets(cfg: WarmStartConfig, progress: bool = True) -> dict[str, str
     from ifcore.jsonl import read_jsonl
     from ifcore.train import TRAINER_VERSION
 
-    spec = {"warm_start": asdict(cfg), "synth": synth.SYNTH_VERSION, "trainer": TRAINER_VERSION}
+    spec = {"warm_start": asdict(cfg), "synth": synth.SYNTH_VERSION, "trainer": TRAINER_VERSION,
+            "verify": VERIFY_VERSION}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     root = cache_dir() / f"default-{key}"
     paths = {"model": str(root / "policy"), "train_data": str(root / "train.jsonl"),
