@@ -438,10 +438,15 @@ def _count(t: dict, parent: tuple | None = None):
             s, e = span
             if not _MARKUP_CHAR_RE.search(doc.text, s, e):
                 return e - s, [span]
-            if doc.text.find("```", s, e) >= 0 or doc.text.find("~~~", s, e) >= 0 or \
-                    _contained_any(doc.markdown.blocks["code"], span):
+            code = doc.markdown.blocks["code"] if doc.text.find("`", s, e) >= 0 or doc.text.find("~~~", s, e) >= 0 \
+                or doc.text.find("    ", s, e) >= 0 else []
+            if _contained_any(code, span):
                 return e - s, [span]  # code is counted as written
-            return e - s - 2 * sum(len(d) for d in markup_delimiters(doc.text, s, e)), [span]
+            # The markup of the text around the code blocks inside the segment.
+            cuts = [(a, b) for a, b in code if s <= a and b <= e]
+            edges = [s] + [x for ab in cuts for x in ab] + [e]
+            marks = sum(len(d) for a, b in zip(edges[::2], edges[1::2]) for d in markup_delimiters(doc.text, a, b))
+            return e - s - 2 * marks, [span]
         return count_chars
     return lambda doc, span: (len(get(doc, span)), [span])
 

@@ -286,3 +286,8 @@ def test_only_paired_markup_is_stripped():
     assert check(count, "x_'y' COMMENT_'verify_time'") == ([27], True)  # underscores in words are text
     assert check(count, "```\n**a** b\n```") == ([15], True)  # code is counted as written
     assert check(count, "*a *b") == ([5], True)  # no pair
+
+
+def test_markup_around_a_code_block_is_still_markup():
+    count = {"target": {"count": "char"}, "range": {"min": 0}}
+    assert check(count, "```\na\n```\n\n**Yes.**") == ([15], True)  # 19 minus the four asterisks outside the code

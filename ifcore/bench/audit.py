@@ -7,7 +7,9 @@ Two hand-written sets, both judged by reading the instruction, never by running 
   fail while every other formalized constraint passes. This catches formalizations that contradict their
   siblings (a formalization that rejects the structure another constraint requires). A constraint that no
   response can break alone (breaking "at least 3 paragraphs" always breaks a 4-paragraph acrostic) has a row
-  with `"response": null` and the reason in `why`: it is listed as such, never counted as tested.
+  with `"response": null` and the reason in `why`: it is listed as such, never counted as tested. An instruction
+  that contradicts itself (its constraints cannot all hold) has a `"violates": null, "response": null` row saying
+  why; it is listed as unsatisfiable.
 - probes (tests/data/scopeif_probes.jsonl): `{"instruction_id", "constraint_index", "response", "expected":
   bool, "reason"}`: one constraint, one response with the ordinary features of real answers, the reader's
   verdict and why. Agreement with the verifier is the fidelity figure of the README.
@@ -50,17 +52,21 @@ def _constraint_verdicts(rows_by_key: dict, iid: int, doc: Doc) -> dict[int, boo
 def audit_whole(rows: list[dict], whole: list[dict]) -> dict:
     """{"responses", "failures": [line, instruction, violates, the constraints that disagree], "instructions":
     formalized instructions with a satisfying response, "missing_instructions", "missing_violations":
-    formalized constraints without a violating edit, "cannot_violate_alone": [constraint, why]}."""
+    formalized constraints without a violating edit, "cannot_violate_alone": [constraint, why], "unsatisfiable":
+    [instruction, why]}."""
     by_key = {(r["instruction_id"], r["constraint_index"]): r for r in rows}
-    failures, satisfied_ids, violated, alone = [], set(), set(), []
+    failures, satisfied_ids, violated, alone, unsatisfiable = [], set(), set(), [], []
     for w in whole:
         iid, k = w["instruction_id"], w["violates"]
         if k is not None and (iid, k) not in by_key:
             raise ValueError(f'whole line {w["line"]}: instruction {iid} has no constraint {k}')
         if w["response"] is None:
-            if k is None or not w["why"]:
-                raise ValueError(f'whole line {w["line"]}: a null response needs `violates` and the reason in `why`')
-            alone.append({"constraint": f"{iid}/{k}", "why": w["why"]})
+            if not w["why"]:
+                raise ValueError(f'whole line {w["line"]}: a null response needs the reason in `why`')
+            if k is None:
+                unsatisfiable.append({"instruction_id": iid, "why": w["why"]})
+            else:
+                alone.append({"constraint": f"{iid}/{k}", "why": w["why"]})
             continue
         got = _constraint_verdicts(by_key, iid, Doc(w["response"]))
         wrong = sorted(j for j, ok in got.items() if ok != (j != k))
@@ -74,11 +80,13 @@ def audit_whole(rows: list[dict], whole: list[dict]) -> dict:
             violated.add((iid, k))
     formalized = {k for k, r in by_key.items() if r["schema"]}
     declared = {a["constraint"] for a in alone}
-    return {"responses": len(whole) - len(alone), "failures": failures,
+    contradictory = {u["instruction_id"] for u in unsatisfiable}
+    return {"responses": len(whole) - len(alone) - len(unsatisfiable), "failures": failures,
             "instructions": len(satisfied_ids),
-            "missing_instructions": sorted({i for i, _ in formalized} - satisfied_ids),
-            "missing_violations": sorted(f"{i}/{k}" for i, k in formalized - violated if f"{i}/{k}" not in declared),
-            "cannot_violate_alone": alone}
+            "missing_instructions": sorted({i for i, _ in formalized} - satisfied_ids - contradictory),
+            "missing_violations": sorted(f"{i}/{k}" for i, k in formalized - violated
+                                         if f"{i}/{k}" not in declared and i not in contradictory),
+            "cannot_violate_alone": alone, "unsatisfiable": unsatisfiable}
 
 
 def audit_probes(rows: list[dict], probes: list[dict]) -> dict:
@@ -123,6 +131,8 @@ def report(formalized: str | Path, whole: str | Path | None, probes: str | Path 
             lines.append(f'  no violating edit: {" ".join(w["missing_violations"])}')
         for a in w["cannot_violate_alone"]:
             lines.append(f'  cannot be violated alone: {a["constraint"]}: {a["why"]}')
+        for u in w["unsatisfiable"]:
+            lines.append(f'  unsatisfiable instruction {u["instruction_id"]}: {u["why"]}')
     if probes:
         p = audit_probes(rows, _read(probes, PROBE_FIELDS))
         lines.append(f'probes: {p["n"]}, verifier agrees on {p["agree"]} ({p["agree"] / max(p["n"], 1):.1%})')
