@@ -106,7 +106,7 @@ _PUNKT._params.abbrev_types.update(
 # piece goes on in lowercase or with a digit ("etc. are fruit", "Fig. 2 shows", "No. 5").
 _AMBIGUOUS_ABBREVIATIONS = {"etc", "fig", "figs", "no", "nos", "vol", "min", "max", "sec", "hr", "hrs", "est",
                             "inc", "ltd", "co", "jr", "sr", "st", "approx", "ref", "refs"}
-_LAST_TOKEN_RE = re.compile(r"([A-Za-z]+)\.\W*$")
+_LAST_TOKEN_RE = re.compile(r"([A-Za-z](?:[A-Za-z.]*[A-Za-z])?)\.\W*$")
 
 
 def _plain_sentences(text: str) -> list[Span] | None:
@@ -167,10 +167,10 @@ def _join_abbreviations(text: str, pieces) -> list[Span]:
             nxt = text[i] if i < n else ""
             if nxt.islower() or nxt.isdigit():  # rare: most sentences start with a capital
                 m = _LAST_TOKEN_RE.search(text, out[-1][0], out[-1][1])
-                # An abbreviation that goes on ("etc. are"), or a quoted question inside a sentence
-                # ('Asking "Why?" can be kind.').
-                if (m and m.group(1).lower() in _AMBIGUOUS_ABBREVIATIONS) or _QUOTED_END_RE.search(
-                        text, out[-1][0], out[-1][1]):
+                # An abbreviation that goes on ("etc. are", "1.1 p.u. of rating"), or a quoted question inside a
+                # sentence ('Asking "Why?" can be kind.').
+                abbreviation = m and (m.group(1).lower() in _AMBIGUOUS_ABBREVIATIONS or "." in m.group(1))
+                if abbreviation or _QUOTED_END_RE.search(text, out[-1][0], out[-1][1]):
                     out[-1] = (out[-1][0], b)
                     continue
         out.append((a, b))
@@ -709,7 +709,18 @@ class _Markdown:
                     line = self.line_starts[t.map[0]]
                     a = self.text.find(first, line, self.line_starts[t.map[0] + 1]) if first else -1
                     span = strip_span(self.text, a if a >= 0 else line, self._line_span(*t.map)[1])
-                    if parent == "heading_open":
+                    if parent == "heading_open" and toks[i - 1].markup == "-":
+                        # "Text\n---": CommonMark's setext heading, but a reader (and the model that wrote it)
+                        # sees a paragraph and a separator line; between two "---" lines, a YAML front matter.
+                        a0, b0 = toks[i - 1].map
+                        if i >= 2 and toks[i - 2].type == "hr" and toks[i - 2].map[1] == a0:
+                            self._nonprose_maps.append([a0, b0])
+                            self.nonprose_leaves.append(span)
+                        else:
+                            self._nonprose_maps.append([b0 - 1, b0])
+                            if not items:
+                                self.prose.append(span)
+                    elif parent == "heading_open":
                         level = int(toks[i - 1].tag[1])
                         self._headings.append((level, toks[i - 1].map[0]))
                         self.elements["heading"].append(span)

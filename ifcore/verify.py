@@ -35,9 +35,9 @@ from ifcore.text import Doc, Span, json_depth, markup_delimiters, strip_markup, 
 
 # Part of every training run's identity and every cached asset's key (ifcore.train): bump it when a change of
 # segmentation or measurement moves verdicts, so that no run rewarded by the old verifier is reused as new.
-# 2: reader semantics (issue 13): prose sentences with abbreviations, paragraphs without non-prose lines, words
-#    split at dashes and trimmed of markup, markup-free character counts.
-VERIFY_VERSION = 2
+# 3: reader semantics (issue 13): prose sentences with abbreviations, paragraphs without non-prose lines, words
+#    split at dashes and trimmed of markup, markup-free character counts, "Text\n---" a paragraph and a rule.
+VERIFY_VERSION = 3
 
 # CPU seconds that label regular expressions may take in one verify() call: base + per character of the
 # response. Only a pattern that backtracks badly comes near it (RE2 runs the rest in linear time); a segment

@@ -4,6 +4,8 @@ tests/data/scopeif_whole.jsonl: per formalized instruction, a response that sati
 per formalized constraint, a minimal edit that breaks only it (written by reading the instruction).
 tests/data/scopeif_probes.jsonl: human-judged probes, the reader's verdict and why; the verifier must agree on at
 least 97 % of them (the rest are listed by `ifcore audit` with their reasons).
+tests/data/scopeif_probes_blind.jsonl: 200 probes on formalized constraints drawn at random (seed 13), written by
+readers who saw only the instruction texts (never a formalization or a verdict): the independent estimate.
 """
 import json
 from pathlib import Path
@@ -18,6 +20,7 @@ DATA = Path(__file__).parent / "data"
 ROWS = load_formalized(DATA / "scopeif_formalized.jsonl")
 WHOLE = _read(DATA / "scopeif_whole.jsonl", WHOLE_FIELDS)
 PROBES = _read(DATA / "scopeif_probes.jsonl", PROBE_FIELDS)
+BLIND = _read(DATA / "scopeif_probes_blind.jsonl", PROBE_FIELDS)
 
 
 @pytest.mark.parametrize("row", WHOLE, ids=lambda w: f'{w["instruction_id"]}-{w["violates"]}-line{w["line"]}')
@@ -38,6 +41,13 @@ def test_probes_agree_with_the_reader_on_at_least_97_percent():
     assert result["agree"] / result["n"] >= 0.97, [
         (d["instruction_id"], d["constraint_index"], d["reason"]) for d in result["disagreements"]]
     assert {p["expected"] for p in PROBES} == {True, False}
+
+
+def test_blind_probes_agree_with_the_reader_on_at_least_97_percent():
+    result = audit_probes(ROWS, BLIND)
+    assert result["n"] == 200 and {p["expected"] for p in BLIND} == {True, False}
+    assert result["agree"] / result["n"] >= 0.97, [
+        (d["instruction_id"], d["constraint_index"], d["reason"]) for d in result["disagreements"]]
 
 
 def test_probes_cover_every_scope_target_and_range_category():

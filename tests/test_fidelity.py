@@ -46,8 +46,8 @@ def test_headings_tables_and_code_hold_no_sentences_of_the_response():
     assert texts(d, d.sentences) == ["One sentence here.", "Two.", "An item.", "With two sentences."]
     # A segment inside a cell or a heading still has its own sentences.
     cell = d.markdown.elements["table_cell"][1]
-    assert check({"scope": [{"unit": "element", "kind": "table_cell", "select": "each"}], "target": {"count": "sentence"},
-                  "range": {"min": 1}}, d.text) == ([1, 1], True)
+    cells = [{"unit": "element", "kind": "table_cell", "select": "each"}]
+    assert check({"scope": cells, "target": {"count": "sentence"}, "range": {"min": 1}}, d.text) == ([1, 1], True)
     assert texts(d, d.within("sentence", cell)) == ["Stir well."]
 
 
@@ -291,3 +291,17 @@ def test_only_paired_markup_is_stripped():
 def test_markup_around_a_code_block_is_still_markup():
     count = {"target": {"count": "char"}, "range": {"min": 0}}
     assert check(count, "```\na\n```\n\n**Yes.**") == ([15], True)  # 19 minus the four asterisks outside the code
+
+
+def test_a_dash_line_under_text_is_a_separator_not_a_heading():
+    # CommonMark reads "Text\n---" as a setext heading; a reader sees a paragraph and a rule.
+    d = Doc("***\nFirst part. More.\n\nLast part here.\n---")
+    assert texts(d, d.paragraphs) == ["First part. More.", "Last part here."]
+    assert d.markdown.elements["heading"] == []
+    d = Doc("Title\n===\n\nBody.")
+    assert texts(d, d.paragraphs) == ["Body."] and texts(d, d.markdown.elements["heading"]) == ["Title"]
+
+
+def test_dotted_abbreviations_that_go_on_do_not_end_a_sentence():
+    d = Doc("They limit current to 1.1 p.u. of rating. We met at 5 p.m. and left.")
+    assert texts(d, d.sentences) == ["They limit current to 1.1 p.u. of rating.", "We met at 5 p.m. and left."]
