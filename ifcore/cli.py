@@ -96,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("audit", help="fidelity of the ScopeIF-Test formalizations: whole-instruction responses and "
                                       "human-judged probes against the verifier (exit 1 when a response fails)")
-    p.add_argument("--formalized", default="tests/data/scopeif_formalized.jsonl", help="formalization rows")
-    p.add_argument("--whole", default="tests/data/scopeif_whole.jsonl", help="whole-instruction responses ('' to skip)")
-    p.add_argument("--probes", default="tests/data/scopeif_probes.jsonl", help="human-judged probes ('' to skip)")
+    p.add_argument("--formalized", help="formalization rows (default: the ones shipped with ifcore)")
+    p.add_argument("--whole", help="whole-instruction responses, '' to skip (default: the repository's "
+                                   "tests/data/scopeif_whole.jsonl)")
+    p.add_argument("--probes", help="human-judged probes, '' to skip (default: tests/data/scopeif_probes.jsonl; "
+                                    "the blind set is tests/data/scopeif_probes_blind.jsonl)")
 
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
     p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate"],
@@ -133,8 +135,12 @@ def _run(args) -> int:
         return 1 if counts["errors"] else 0
     if args.command == "audit":
         from ifcore.bench.audit import report
+        from ifcore.bench.scopeif import _data
+        from ifcore.paths import repo_path
 
-        text, ok = report(args.formalized, args.whole or None, args.probes or None)
+        text, ok = report(args.formalized or _data("formalized.jsonl"),
+                          repo_path(args.whole, "tests/data/scopeif_whole.jsonl") if args.whole != "" else None,
+                          repo_path(args.probes, "tests/data/scopeif_probes.jsonl") if args.probes != "" else None)
         print(text)
         return 0 if ok else 1
     if args.command == "train":
