@@ -216,8 +216,8 @@ def test_load_items_draws_the_subset_of_ifcore_eval():
     assert [i["key"] for i in cs.load_items("ifeval", 10, 3)] == [everything[i]["key"] for i in chosen]
     assert len(cs.load_items("ifbench", None)) == 300
     scopeif = cs.load_items("scopeif")
-    assert len(scopeif) == 78  # the instances with at least one formalized constraint
-    assert len(cs.load_items("scopeif", 500)) == 78
+    assert len(scopeif) == 264  # the instances with at least one formalized constraint
+    assert len(cs.load_items("scopeif", 500)) == 264  # a subset larger than the benchmark is all of it
     with pytest.raises(ValueError, match="at least 1 prompt"):
         cs.load_items("ifeval", 0)
     with pytest.raises(ValueError, match="one of ifeval, ifbench, scopeif"):
@@ -292,7 +292,7 @@ def test_scores_agree_with_the_benchmarks_own_summaries(own_cache):
                              **cs.prompt_metrics("scopeif", r)} for i, r in zip(items, records)])
     got = cs.headline(prompts).set_index("metric")["score"]
     assert got["CSR"] == pytest.approx(100 * official["CSR"]) and got["ISR"] == pytest.approx(100 * official["ISR"])
-    assert prompts["ISR"].notna().sum() == official["instances_in_ISR"] == 26
+    assert prompts["ISR"].notna().sum() == official["instances_in_ISR"] == 117
 
 
 def _differences(diff, lo, hi):
