@@ -46,7 +46,7 @@ def scope_selector(label: str) -> str:
     return "Nested" if len(parts) > 1 else parts[0].split("(", 1)[0]
 
 
-def _groups(row: dict) -> dict[str, str]:
+def category_groups(row: dict) -> dict[str, str]:
     c = row["category"]
     return {"scope": scope_selector(c["scope"]), "primary_target": c["primary_target"],
             "secondary_target": f'{c["primary_target"]} / {c["secondary_target"]}', "range": c["range"]}
@@ -69,7 +69,7 @@ def coverage(rows: list[dict], adopted=ADOPTED) -> dict:
         ext = set(row.get("extension") or [])
         expressed = row["schema"] is not None
         hits = {"n": 1, "v1": expressed and not ext, "adopted": expressed and ext <= adopted, "all": expressed}
-        cells = [out["overall"]] + [out[g].setdefault(v, cell()) for g, v in _groups(row).items()]
+        cells = [out["overall"]] + [out[g].setdefault(v, cell()) for g, v in category_groups(row).items()]
         for c in cells:
             for k, v in hits.items():
                 c[k] += int(v)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from ifcore.coverage import _groups, load_formalized
+from ifcore.coverage import category_groups, load_formalized
 from ifcore.jsonl import JsonlError, iter_jsonl
 from ifcore.schema import Constraint
 from ifcore.text import Doc
@@ -102,7 +102,7 @@ def audit_probes(rows: list[dict], probes: list[dict]) -> dict:
         agree = got == p["expected"]
         if not agree:
             disagreements.append({**p, "got": got})
-        for group, label in _groups(row).items():
+        for group, label in category_groups(row).items():
             cell = by_group[group][label]
             cell[0] += 1
             cell[1] += agree
