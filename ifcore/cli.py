@@ -103,12 +103,13 @@ def main(argv: list[str] | None = None) -> int:
                                     "the blind set is tests/data/scopeif_probes_blind.jsonl)")
 
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
-    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate"],
+    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
                         "rewards: 1,024 rollouts x 5 constraints, verification included; "
                         "ifeval: 541 IFEval responses, strict and loose; "
                         "generate: greedy tokens/s at batch 1 and 32 on 1 and 2 cores, in process and through "
-                        "transformers serve")
+                        "transformers serve; "
+                        "sandbox: judge-tool executions/s, warm hardened pool vs a fresh interpreter per call")
     p.add_argument("--official-dir", help="ifeval: a checkout of the official instruction_following_eval, timed too")
     p.add_argument("--responses", help="ifeval: JSONL {prompt, response} (default: the GPT-4 responses in tests/data)")
     p.add_argument("--repeats", type=int, default=5, help="ifeval: timed runs after the first (default: 5)")
@@ -236,10 +237,11 @@ def _run(args) -> int:
 
         bench_ifeval(official_dir=args.official_dir, responses=args.responses, repeats=args.repeats)
         return 0
-    if args.command == "bench" and args.what in ("verify", "rewards"):
+    if args.command == "bench" and args.what in ("verify", "rewards", "sandbox"):
         from ifcore.bench import speed
 
-        print(json.dumps(speed.verify_speed() if args.what == "verify" else speed.rewards_speed()))
+        bench = {"verify": speed.verify_speed, "rewards": speed.rewards_speed, "sandbox": speed.sandbox_speed}
+        print(json.dumps(bench[args.what]()))
         return 0
     if args.command == "synth":
         from ifcore.synth import write_dataset

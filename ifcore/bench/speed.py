@@ -213,3 +213,46 @@ def rewards_speed(n_prompts: int = 128, group: int = 8, n_constraints: int = 5, 
             "seconds": [round(t, 4) for t in times], "min_s": round(min(times), 4),
             "median_s": round(statistics.median(times), 4), "cpu_min_s": round(min(cpu_times), 4),
             "cpu": cpu}
+
+
+def sandbox_speed(calls: int = 300, spawned_calls: int = 30, workers: int = 2) -> dict:
+    """`ifcore bench sandbox`: judge-tool executions per second through the warm, hardened pool
+    (ifcore.judge.sandbox.Sandbox) and through a fresh `python -I` per call (run_spawned, ScopeIF's pattern),
+    in one run, `workers` calls at a time for both. The tool counts the words of a ~300-word response with the
+    promised helper, so the spawned interpreter imports ifcore.text as the pool's workers did once;
+    `spawned_bare_per_second` times a tool that needs no helper (str.split) in an interpreter that imports
+    nothing of ifcore, the cheapest spawn. Wall time:
+    the work is in other processes. Goal: ratio >= 10 (issue 14)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ifcore.judge.sandbox import Sandbox, run_spawned
+
+    rng, words = random.Random(0), []
+    while len(words) < 300:
+        words += synth.witness(rng, "a river", "full").split()
+    text = " ".join(words[:300])
+    tool = ('def count_words(text):\n'
+            '    return [{"description": "words in the response", "result": word_count(text)}]\n')
+    bare = 'def count_words(text):\n    return [{"description": "words", "result": len(text.split())}]\n'
+
+    def rate(call, n: int) -> tuple[float, list]:
+        with ThreadPoolExecutor(workers) as pool:
+            t = time.perf_counter()
+            outs = list(pool.map(lambda _: call(), range(n)))
+            return n / (time.perf_counter() - t), outs
+
+    with Sandbox(workers=workers) as sandbox:
+        for _ in range(5):  # warm: first forks fault in the workers' pages
+            sandbox.run(tool, "count_words", [text])
+        pool_rate, pool_outs = rate(lambda: sandbox.run(tool, "count_words", [text]), calls)
+        hardening = sandbox.hardening
+    spawned_rate, spawned_outs = rate(lambda: run_spawned(tool, "count_words", [text]), spawned_calls)
+    bare_rate, _ = rate(lambda: run_spawned(bare, "count_words", [text], helpers=False), spawned_calls)
+    results = {json.dumps(o["result"]) for o in pool_outs + spawned_outs}
+    if len(results) != 1 or not pool_outs[0]["ok"]:
+        raise RuntimeError(f"sandbox bench: the tool's results differ or failed: {sorted(results)[:3]}")
+    return {"benchmark": "sandbox", "workers": workers, "calls": calls, "spawned_calls": spawned_calls,
+            "words": pool_outs[0]["result"][0]["result"], "hardening": hardening,
+            "pool_per_second": round(pool_rate, 1), "spawned_per_second": round(spawned_rate, 1),
+            "ratio": round(pool_rate / spawned_rate, 1), "spawned_bare_per_second": round(bare_rate, 1),
+            "ratio_to_bare": round(pool_rate / bare_rate, 1)}
