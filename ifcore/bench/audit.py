@@ -40,13 +40,11 @@ def _read(path: str | Path, fields: tuple) -> list[dict]:
     return rows
 
 
-def _constraint_verdicts(rows_by_key: dict, iid: int, doc: Doc) -> dict[int, bool]:
-    """constraint_index -> satisfied (all of its schema constraints hold), for the formalized constraints."""
-    out = {}
-    for (i, k), row in rows_by_key.items():
-        if i == iid and row["schema"]:
-            out[k] = all(verify(Constraint.from_dict(d), doc).satisfied for d in row["schema"])
-    return out
+def _constraint_verdicts(rows: list[dict], doc: Doc) -> dict[int, bool]:
+    """constraint_index -> satisfied (all of its schema constraints hold), for the formalized rows of one
+    instruction."""
+    return {r["constraint_index"]: all(verify(Constraint.from_dict(d), doc).satisfied for d in r["schema"])
+            for r in rows if r["schema"]}
 
 
 def audit_whole(rows: list[dict], whole: list[dict]) -> dict:
@@ -55,6 +53,9 @@ def audit_whole(rows: list[dict], whole: list[dict]) -> dict:
     formalized constraints without a violating edit, "cannot_violate_alone": [constraint, why], "unsatisfiable":
     [instruction, why]}."""
     by_key = {(r["instruction_id"], r["constraint_index"]): r for r in rows}
+    by_instruction = defaultdict(list)
+    for r in rows:
+        by_instruction[r["instruction_id"]].append(r)
     failures, satisfied_ids, violated, alone, unsatisfiable = [], set(), set(), [], []
     for w in whole:
         iid, k = w["instruction_id"], w["violates"]
@@ -68,7 +69,7 @@ def audit_whole(rows: list[dict], whole: list[dict]) -> dict:
             else:
                 alone.append({"constraint": f"{iid}/{k}", "why": w["why"]})
             continue
-        got = _constraint_verdicts(by_key, iid, Doc(w["response"]))
+        got = _constraint_verdicts(by_instruction[iid], Doc(w["response"]))
         wrong = sorted(j for j, ok in got.items() if ok != (j != k))
         if k is not None and not by_key[(iid, k)]["schema"]:
             wrong.append(f"{k} (not formalized)")
