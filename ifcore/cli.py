@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
     _add_generation_flags(p)
+    _add_judge_flags(p)
 
     p = sub.add_parser("generate", help="complete JSONL rows {prompt} or {messages}: the same rows with `response`")
     p.add_argument("--model", required=True, help="a registry name (tiny, smollm2-135m), a from_pretrained folder or "
@@ -93,6 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", choices=["tiny", "full"], default="tiny",
                    help="witness size: tiny (the embedded CPU policy) or full (~300-word responses)")
+    # The LLM path (ScopeIF's synthesis prompts; docs/synthesis.md): only with --llm-url.
+    g = p.add_argument_group("LLM synthesis (ScopeIF tables 9-12 through an OpenAI-compatible endpoint)")
+    g.add_argument("--llm-url", help="endpoint base URL, e.g. http://127.0.0.1:8000/v1 (key: $IFCORE_JUDGE_KEY "
+                                     "or $OPENAI_API_KEY)")
+    g.add_argument("--llm-model", help="model name at the endpoint (default: $IFCORE_JUDGE_MODEL)")
+    g.add_argument("--seeds", help="JSONL of seed instructions {prompt} (default: the template tasks)")
+    g.add_argument("--iterations", type=int, default=10, help="chained atomic-generation calls per combination "
+                                                              "(default: 10, as the paper)")
+    g.add_argument("--combinations", type=int, help="Scope x Target x Range combinations drawn (default: all)")
+    g.add_argument("--crossovers", type=int, help="crossover calls (default: (train + test) / 5)")
+    g.add_argument("--concurrency", type=int, default=8, help="requests in flight at most (default: 8)")
 
     p = sub.add_parser("audit", help="fidelity of the ScopeIF-Test formalizations: whole-instruction responses and "
                                       "human-judged probes against the verifier (exit 1 when a response fails)")
@@ -198,8 +210,9 @@ def _run(args) -> int:
     if args.command == "eval" and args.what == "scopeif":
         from ifcore.bench.scopeif import evaluate
 
-        summary = evaluate(args.responses, args.output_dir, args.test, args.formalized,
-                           on_duplicate=args.on_duplicate)
+        with _judge(args) as judge:
+            summary = evaluate(args.responses, args.output_dir, args.test, args.formalized, judge=judge,
+                               on_duplicate=args.on_duplicate)
         print(json.dumps({k: v for k, v in summary.items() if k != "by_category"}, indent=1))
         return 0
     if args.command == "labels":
@@ -243,6 +256,16 @@ def _run(args) -> int:
         bench = {"verify": speed.verify_speed, "rewards": speed.rewards_speed, "sandbox": speed.sandbox_speed}
         print(json.dumps(bench[args.what]()))
         return 0
+    if args.command == "synth" and args.llm_url:
+        from ifcore.judge.client import JudgeClient
+        from ifcore.synth import seed_instructions, write_llm_dataset
+
+        client = JudgeClient(args.llm_url, args.llm_model, concurrency=args.concurrency)
+        stats = write_llm_dataset(args.output_dir, client, n_train=args.train, n_test=args.test, seed=args.seed,
+                                  iterations=args.iterations, combinations=args.combinations,
+                                  crossovers=args.crossovers, seeds=seed_instructions(args.seeds))
+        print(json.dumps(stats, indent=1))
+        return 0
     if args.command == "synth":
         from ifcore.synth import write_dataset
 
@@ -269,6 +292,43 @@ def _add_generation_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--concurrency", type=int, default=8, help="openai: requests in flight at most (default: 8)")
     g.add_argument("--no-cache", action="store_true", help="generate everything again (the cache is not read or "
                                                            "written)")
+
+
+def _add_judge_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("LLM judge (ScopeIF tool-grounded verification, ifcore.judge; key: "
+                                  "$IFCORE_JUDGE_KEY or $OPENAI_API_KEY)")
+    g.add_argument("--judge-url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: "
+                                       "$IFCORE_JUDGE_URL; none: what the schema cannot express stays unjudged)")
+    g.add_argument("--judge-model", help="the served judge model (default: $IFCORE_JUDGE_MODEL)")
+    g.add_argument("--judge-mode", choices=["tgv", "static", "llm"], default="tgv",
+                   help="tgv: tools designed for each response (default); static: designed without it; llm: no tool")
+    g.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at most (default: 8)")
+    g.add_argument("--judge-tools", type=int, default=2, help="sandbox workers running the judge's tools (default: 2)")
+    g.add_argument("--judge-max-tokens", type=int, default=4096, help="tokens per judge reply at most (default: 4096)")
+
+
+@contextlib.contextmanager
+def _judge(args):
+    """The TGV judge the judge flags describe (None without a URL), its sandbox closed afterwards; the judge's
+    stage counts go to stderr."""
+    import os
+
+    if not (args.judge_url or os.environ.get("IFCORE_JUDGE_URL")):
+        yield None
+        return
+    from ifcore.judge.client import JudgeClient
+    from ifcore.judge.sandbox import Sandbox
+    from ifcore.judge.tgv import TGV
+
+    for flag in ("judge_concurrency", "judge_tools", "judge_max_tokens"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')}: must be at least 1, got {getattr(args, flag)}")
+    client = JudgeClient(args.judge_url, args.judge_model, concurrency=args.judge_concurrency)
+    with Sandbox(workers=args.judge_tools) as sandbox:
+        judge = TGV(client, sandbox, mode=args.judge_mode, max_tokens=args.judge_max_tokens)
+        yield judge
+        print(f"judge {client.settings.model} ({args.judge_mode}): {dict(sorted(judge.counts.items()))}, "
+              f"{client.requests} requests", file=sys.stderr)
 
 
 def _generation(args):
@@ -354,7 +414,8 @@ def _eval_model(args) -> int:
                   # A count is None for a completion cached before counts were kept.
                   "reached_max_new_tokens": sum((n or 0) >= params.max_new_tokens for _, n in completions)}
     if args.what == "scopeif":
-        summary = evaluate(responses, out, args.test, args.formalized)
+        with _judge(args) as judge:
+            summary = evaluate(responses, out, args.test, args.formalized, judge=judge)
     else:
         seed = {"paper": ifeval.PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
         if not (seed is None or str(seed).lstrip("-").isdigit()):

@@ -181,7 +181,7 @@ def format_gate(response: str, think: str = "auto", truncated: bool = False) -> 
 
 def score_response(response: str, constraints, kind: str = "scopeif", alpha: float = 3.0, think: str = "auto",
                    truncated: bool = False, budget_s: float | None = None,
-                   max_response_chars: int | None = None) -> dict:
+                   max_response_chars: int | None = None, judge=None, prompt: str = "") -> dict:
     """The reward of one response under every constraint of its instruction: the one composite that the
     OpenRLHF, TRL and verl adapters and the embedded trainer call.
 
@@ -198,10 +198,16 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
     block, or inside <answer>) is cut to that many characters first ("clipped"). The gate still reads the
     whole response.
 
+    Judged constraints (`"judge": true`, X15: only the constraint in words) go to `judge(prompt, text, answer,
+    targets)` -- an ifcore.judge.tgv.TGV, or any callable returning {"satisfied", "graded", ...} -- outside the
+    time budget (the judge has its own timeouts). Without a judge, or when it leaves one unjudged
+    (satisfied None), the constraint counts violated with g = 0 and "errors" says why.
+
     Returns reward, satisfied (list of bool), graded (list of g_i, eq. 6), format_ok, problem (format_gate's),
     answer (the verified text), offset (add it to a verdict span to index `response`), verdicts (one per
     constraint, None where nothing was verified: their evidence spans are RTT's relevance labels), errors,
-    over_budget (constraints left unchecked or cut short) and clipped.
+    over_budget (constraints left unchecked or cut short), clipped, and judged (the judge's verdict dicts,
+    None for schema constraints).
     """
     from ifcore.text import Doc  # verify imports this module for graded(): import at call time
     from ifcore.verify import verify
@@ -214,7 +220,7 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
         response = "" if response is None else str(response)
     start, end, problem = format_gate(response, think, truncated)
     n = len(constraints)
-    verdicts, errors = [None] * n, []
+    verdicts, errors, judged = [None] * n, [], [None] * n
     satisfied, grades = [False] * n, [0.0] * n
     offset, answer, over_budget, clipped = 0, "", 0, False
     if problem is None:
@@ -226,9 +232,23 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
         doc = Doc(response[start:end] if think == "raif" else response[:end] if clipped else response)
         answer = doc.text[doc.root[0]:doc.root[1]]
         for i, c in enumerate(constraints):
+            if getattr(c, "judge", False) or (isinstance(c, dict) and c.get("judge") is True):
+                text, targets = (c.text, c.targets) if not isinstance(c, dict) else (c.get("text"), c.get("targets"))
+                if judge is None:
+                    errors.append(f"constraint {i}: a judged constraint and no judge (judge=, IFCORE_JUDGE_URL)")
+                    continue
+                try:
+                    judged[i] = v = judge(prompt, text, answer, targets)
+                    if v["satisfied"] is None:
+                        errors.append(f"constraint {i}: unjudged: {v.get('error')}")
+                    else:
+                        satisfied[i], grades[i] = bool(v["satisfied"]), float(v["graded"])
+                except Exception as e:  # a judge bug or outage must not stop a training run either
+                    errors.append(f"constraint {i}: judge: {type(e).__name__}: {e}")
+                continue
             if i and deadline is not None and perf_counter() >= deadline:
-                over_budget += n - i
-                break
+                over_budget += 1  # and on to the next: a judged constraint after it is still judged
+                continue
             try:
                 verdicts[i] = verify(c, doc)
                 satisfied[i], grades[i] = bool(verdicts[i].satisfied), float(verdicts[i].graded(alpha))
@@ -251,4 +271,4 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
         reward = scopeif_flat(grades)
     return {"reward": float(reward), "satisfied": satisfied, "graded": grades, "format_ok": ok,
             "problem": problem, "answer": answer, "offset": offset, "verdicts": verdicts, "errors": errors,
-            "over_budget": over_budget, "clipped": clipped}
+            "over_budget": over_budget, "clipped": clipped, "judged": judged}

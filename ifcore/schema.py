@@ -62,6 +62,8 @@ class Constraint:
     text: str | None = None
     category: dict | None = None
     nonempty: bool = False  # the scope must select something: an empty selection is one missing record
+    judge: bool = False  # X15: only `text` (and maybe `targets`), verified by the LLM judge (ifcore.judge.tgv)
+    targets: list | None = None  # X15: the counting objects of `text`, when synthesis already extracted them
     _plan: Any = field(default=None, repr=False)  # compiled by ifcore.verify on first use
 
     @classmethod
@@ -70,7 +72,9 @@ class Constraint:
             raise ConstraintError(path, f"expected a constraint object, got {_show(d)}")
         _check_depth(d, path)
         p = _join(path)
-        allowed = {"id", "text", "scope", "target", "range", "category", "nonempty"}
+        if "judge" in d:
+            return cls._judged(d, p)
+        allowed = {"id", "text", "scope", "target", "range", "category", "nonempty", "judge"}
         for k in d:
             if k not in allowed:
                 raise ConstraintError(p(k), f"unknown field; expected one of {sorted(allowed)}")
@@ -95,12 +99,43 @@ class Constraint:
         return cls(scope=d.get("scope", []) or [], target=d["target"], range=d["range"], id=d.get("id"),
                    text=d.get("text"), category=d.get("category"), nonempty=d.get("nonempty", False))
 
+    @classmethod
+    def _judged(cls, d: dict, p) -> "Constraint":
+        """X15, a judged constraint: {"text": ..., "judge": true} with optional id, category and targets (a list
+        of counting objects), no scope, target or range: what the schema cannot express, an LLM judge verifies."""
+        if d["judge"] is not True:
+            raise ConstraintError(p("judge"), f"expected true (a judged constraint), got {_show(d['judge'])}")
+        allowed = {"id", "text", "judge", "category", "targets"}
+        for k in d:
+            if k not in allowed:
+                raise ConstraintError(p(k), f"a judged constraint has no {k}; expected fields {sorted(allowed)}")
+        if not isinstance(d.get("text"), str) or not d["text"].strip():
+            raise ConstraintError(p("text"), "a judged constraint needs its text, the constraint in words")
+        if "id" in d and not isinstance(d["id"], (str, int)):
+            raise ConstraintError(p("id"), f"expected a string, got {_show(d['id'])}")
+        if "category" in d:
+            check_category(d["category"], p("category"))
+        targets = d.get("targets")
+        if targets is not None and (not isinstance(targets, list) or not targets
+                                    or not all(isinstance(t, (str, dict)) for t in targets)):
+            raise ConstraintError(p("targets"), f"expected a non-empty list of counting objects, got {_show(targets)}")
+        d = copy.deepcopy(d)
+        return cls(scope=[], target={}, range={}, id=d.get("id"), text=d["text"], category=d.get("category"),
+                   judge=True, targets=d.get("targets"))
+
     def to_dict(self) -> dict:
         out: dict[str, Any] = {}
         if self.id is not None:
             out["id"] = self.id
         if self.text is not None:
             out["text"] = self.text
+        if self.judge:
+            out["judge"] = True
+            if self.category is not None:
+                out["category"] = copy.deepcopy(self.category)
+            if self.targets is not None:
+                out["targets"] = copy.deepcopy(self.targets)
+            return out
         out["scope"] = copy.deepcopy(self.scope)
         out["target"] = copy.deepcopy(self.target)
         out["range"] = copy.deepcopy(self.range)

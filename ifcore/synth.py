@@ -12,6 +12,8 @@ for. Here:
   witness satisfies all of them before the instruction is kept. Every instruction is feasible, and the
   witness is a free behaviour-cloning target (`sft_pairs`, hindsight relabelling).
 - Everything is a function of the seed.
+With a strong LLM (`llm_dataset`, `ifcore synth --llm-url`), the paper's own path runs instead: its prompts
+(ifcore.synth_prompts, tables 9-12) through a judge client, the constraints kept as judged ones (docs/synthesis.md).
 
 `ifcore synth` writes a ScopeInstruct-style JSONL (prompt, label = {"constraints": [...]}) that OpenRLHF reads
 as a prompt dataset as it is, with train/test splits and a statistics file: the Scope/Target/Range
@@ -19,6 +21,7 @@ distribution (as in the paper's Fig. 5/6) and diversity (Self-BLEU-4, Distinct-2
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -602,3 +605,200 @@ def self_bleu(texts: list[str]) -> float:
     smoothing = SmoothingFunction().method2
     return sum(sentence_bleu(toks[:i] + toks[i + 1:], h, smoothing_function=smoothing)
                for i, h in enumerate(toks)) / len(toks)
+
+
+# ---- the LLM path: ScopeIF's prompts through a judge client (section 4.2; ifcore.synth_prompts) ---------------
+
+LLM_SYNTH_VERSION = 1
+LLM_STAGES = ("atomic", "crossover", "instruction_quality", "checklist_quality")
+
+
+def llm_combinations(rng: random.Random) -> list[dict]:
+    """Every compatible Scope x Target x Range category, as Table 9 receives it. Capacity never takes
+    Prohibition (a selected text has some length); Global is never nested, the other selectors are nested by a
+    coin flip fixed per combination (as the reference code draws it once per configuration)."""
+    from ifcore.schema import RANGES, SCOPE_SELECTORS, TARGETS
+
+    return [{"Scope": s, "Nested Scope": s != "Global" and rng.random() < 0.5, "Target": t, "Range": r}
+            for s in SCOPE_SELECTORS for t in TARGETS for r in RANGES if (t, r) != ("Capacity", "Prohibition")]
+
+
+def seed_instructions(path=None) -> list[str]:
+    """Seed instructions: the "prompt" of each row of a JSONL file, or by default every genre x topic task of
+    the template path ("Write a short story about the sea.")."""
+    if path is None:
+        return [f"Write {g} {t}." for t in TOPICS for g in GENRES]
+    from ifcore.jsonl import JsonlError, read_jsonl
+
+    rows = read_jsonl(path, ("prompt",))
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row["prompt"], str) or not row["prompt"].strip():
+            raise JsonlError(f"{path}: row {n}: prompt: expected a non-empty string")
+    return [row["prompt"] for row in rows]
+
+
+def _ask(client, calls: list[tuple[str, str, object]], stats: dict, **params) -> list:
+    """(stage, prompt, parser) calls -> parsed values, None where the call failed (JudgeError) or its output did
+    not parse (JudgeParseError); both are counted per stage, neither stops the run."""
+    from ifcore.judge.client import JudgeError
+    from ifcore.judge.prompts import JudgeParseError
+
+    prompts = [prompt for _, prompt, _ in calls]
+    if hasattr(client, "complete_many"):
+        replies = client.complete_many(prompts, return_exceptions=True, **params)
+    else:
+        replies = []
+        for prompt in prompts:
+            try:
+                replies.append(client.complete(prompt, **params))
+            except JudgeError as e:
+                replies.append(e)
+    out = []
+    for (stage, _, parse), reply in zip(calls, replies):
+        stats["calls"][stage] += 1
+        if isinstance(reply, Exception):
+            stats["failed"][stage] += 1
+            out.append(None)
+            continue
+        try:
+            out.append(parse(reply))
+        except JudgeParseError:
+            stats["malformed"][stage] += 1
+            out.append(None)
+    return out
+
+
+def _by_count(candidates: list[dict], rng: random.Random) -> list[dict]:
+    """Round robin over the constraint counts (each group shuffled): ScopeIF samples the retained instructions
+    across constraint counts so that complexity varies."""
+    groups: dict[int, list] = {}
+    for c in candidates:
+        groups.setdefault(len(c["constraints"]), []).append(c)
+    queues = [rng.sample(g, len(g)) for _, g in sorted(groups.items())]
+    return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+
+def llm_dataset(client, n: int, seed: int, k_values=(2, 4, 6, 8), iterations: int = 10,
+                combinations: int | None = None, crossovers: int | None = None, seeds: list[str] | None = None,
+                candidates_per_crossover: int = 16, temperature: float = 1.0) -> tuple[list[dict], dict]:
+    """n rows synthesized by an LLM as ScopeIF section 4.2 does, and the run's statistics.
+
+    1. Atomic constraints (Table 9): for each compatible combination (all, or `combinations` of them drawn by
+       the seed), `iterations` chained calls, each from a seed instruction, with the combination's earlier
+       results as history; every result is a one-constraint instruction and a pool entry.
+    2. Crossover (Table 10): `crossovers` calls (default n/5 rounded up), each with 16 pool constraints drawn
+       at random and a target k cycling through `k_values`; an instruction keeps the category of each source
+       constraint, and one with fewer than k constraints or an unknown source is rejected.
+    3. Quality (Tables 11 and 12): candidates, taken round robin over constraint counts, are kept when both the
+       instruction and its constraint checklist are judged high quality, until n are kept.
+    `client` is anything with `complete(prompt, **params) -> str` (`complete_many` is used when present);
+    generation samples at `temperature`, the quality judge is greedy. Each constraint is a judged one: {"id",
+    "text", "judge": true, "category"}."""
+    from ifcore.synth_prompts import (atomic_prompt, checklist_quality_prompt, crossover_prompt,
+                                      instruction_quality_prompt, parse_atomic, parse_crossover, parse_quality)
+    from ifcore.schema import TARGETS
+
+    for name, value in (("iterations", iterations), ("combinations", combinations), ("crossovers", crossovers),
+                        ("candidates_per_crossover", candidates_per_crossover)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}: must be at least 1, got {value}")
+    if not k_values or any(k < 1 for k in k_values):
+        raise ValueError(f"k_values: expected targets of at least 1 constraint, got {list(k_values)}")
+    rng = random.Random(seed)
+    combos = llm_combinations(rng)
+    if combinations is not None:
+        combos = rng.sample(combos, min(combinations, len(combos)))
+    seed_list = list(seeds) if seeds is not None else seed_instructions()
+    if not seed_list:
+        raise ValueError("no seed instructions")
+    next_seed = itertools.cycle(rng.sample(seed_list, len(seed_list))).__next__
+    stats = {"version": LLM_SYNTH_VERSION, "combinations": len(combos), "iterations": iterations,
+             **{key: dict.fromkeys(LLM_STAGES, 0) for key in ("calls", "failed", "malformed")},
+             "rejected": {"atomic": 0, "crossover": 0}, "dropped": {"instruction_quality": 0,
+                                                                   "checklist_quality": 0, "unchecked": 0}}
+    gen = {"temperature": temperature}
+
+    history: list[list[dict]] = [[] for _ in combos]
+    pool, candidates = [], []
+    for _ in range(iterations):  # the calls of one iteration are independent: they run concurrently
+        calls = [("atomic", atomic_prompt(next_seed(), combo, history[j]), parse_atomic)
+                 for j, combo in enumerate(combos)]
+        for j, parsed in enumerate(_ask(client, calls, stats, **gen)):
+            if parsed is None:
+                continue
+            items, rejected = parsed
+            stats["rejected"]["atomic"] += len(rejected)
+            primary = combos[j]["Target"]
+            seconds = {s.lower(): s for s in TARGETS[primary]}
+            for item in items:
+                second = seconds.get(item["secondary_target"].lower())
+                if second is None or item["scope"].split("(")[0] != combos[j]["Scope"]:
+                    stats["rejected"]["atomic"] += 1  # outside the combination it was asked for
+                    continue
+                category = {"scope": item["scope"], "primary_target": primary, "secondary_target": second,
+                            "range": combos[j]["Range"]}
+                history[j].append(item | {"secondary_target": second})
+                pool.append({"text": item["constraint"], "category": category})
+                candidates.append({"prompt": item["new_instruction"], "constraints": [pool[-1]]})
+    stats["pool"] = len(pool)
+
+    calls, drawn = [], []
+    for c in range((crossovers if crossovers is not None else -(-n // 5)) if pool else 0):
+        k = k_values[c % len(k_values)]
+        drawn.append((k, rng.sample(pool, min(candidates_per_crossover, len(pool)))))
+        calls.append(("crossover", crossover_prompt(next_seed(), drawn[-1][1], k), parse_crossover))
+    for (k, given), parsed in zip(drawn, _ask(client, calls, stats, **gen)):
+        if parsed is None:
+            continue
+        items, rejected = parsed
+        stats["rejected"]["crossover"] += len(rejected)
+        for item in items:
+            if len(item["constraints"]) < k or any(not 0 <= c["source"] < len(given) for c in item["constraints"]):
+                stats["rejected"]["crossover"] += 1
+                continue
+            candidates.append({"prompt": item["instruction"], "constraints": [
+                {"text": c["text"], "category": given[c["source"]]["category"]} for c in item["constraints"]]})
+    seen: set[str] = set()
+    candidates = [c for c in candidates if not (c["prompt"] in seen or seen.add(c["prompt"]))]
+    stats["candidates"] = len(candidates)
+
+    kept, order = [], _by_count(candidates, rng)
+    while len(kept) < n and order:
+        size = max(8, 2 * (n - len(kept)))  # what is still missing, twice over: few calls beyond the need
+        batch, order = order[:size], order[size:]
+        calls = [call for c in batch for call in (
+            ("instruction_quality", instruction_quality_prompt(c["prompt"]), parse_quality),
+            ("checklist_quality", checklist_quality_prompt(c["prompt"], [x["text"] for x in c["constraints"]]),
+             parse_quality))]
+        verdicts = _ask(client, calls, stats)
+        for c, instruction_ok, checklist_ok in zip(batch, verdicts[::2], verdicts[1::2]):
+            if instruction_ok is None or checklist_ok is None:
+                stats["dropped"]["unchecked"] += 1  # an instance no judge vetted is not kept
+            elif not instruction_ok:
+                stats["dropped"]["instruction_quality"] += 1
+            elif not checklist_ok:
+                stats["dropped"]["checklist_quality"] += 1
+            else:
+                kept.append(c)
+    kept = rng.sample(kept[:n], min(n, len(kept)))
+    stats["kept"] = len(kept)
+    rows = [{"id": f"llm{seed}-{i}", "prompt": c["prompt"], "label": json.dumps({"constraints": [
+        {"id": f"c{j + 1}", "text": x["text"], "judge": True, "category": x["category"]}
+        for j, x in enumerate(c["constraints"])]}, ensure_ascii=False)} for i, c in enumerate(kept)]
+    return rows, stats
+
+
+def write_llm_dataset(out_dir, client, n_train: int, n_test: int, seed: int, **options) -> dict:
+    """train.jsonl, test.jsonl and stats.json of `llm_dataset` (n_train + n_test rows, the first n_test held out);
+    stats.json has `statistics` of the training rows and, under "llm", the calls, failures and filter counts."""
+    rows, llm_stats = llm_dataset(client, n_train + n_test, seed, **options)
+    test, train = rows[:n_test], rows[n_test:]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, split in (("train", train), ("test", test)):
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
+            for r in split:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    stats = statistics(train) | {"test_instructions": len(test), "llm": llm_stats}
+    (out / "stats.json").write_text(json.dumps(stats, indent=1))
+    return stats

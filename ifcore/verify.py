@@ -127,6 +127,9 @@ def _doc(response: str | Doc) -> Doc:
 def verify(constraint: Constraint | dict, response: str | Doc) -> Verdict:
     """Verify one constraint against one response (a str, or a `Doc` shared by all its constraints)."""
     c = constraint if isinstance(constraint, Constraint) else Constraint.from_dict(constraint)
+    if c.judge:
+        raise ConstraintError("", f"{c.text[:60]!r} is a judged constraint: an LLM judge verifies it "
+                                  "(score_response(..., judge=...), ifcore.judge.tgv)")
     doc = _doc(response)
     if c._plan is None:
         last = (c.scope[-1]["unit"], c.scope[-1].get("kind")) if c.scope else ("response", None)

@@ -57,11 +57,26 @@ def test_evaluate_end_to_end(tmp_path):
     assert json.loads(out.stdout)["CSR"] == 0.0
 
 
-def test_judge_fills_what_the_schema_cannot_express(tmp_path):
-    instances = [inst(1, 2)]
-    formalized = {}
-    vs = scopeif.judge_instance(instances[0], "text", formalized, judge=lambda i, j, r: j == 0)
-    assert vs == [{"satisfied": True, "source": "judge"}, {"satisfied": False, "source": "judge"}]
+def test_judge_fills_what_the_schema_cannot_express():
+    calls = []
+
+    def judge(instruction, constraint, response, targets):
+        calls.append((instruction, constraint, response, targets))
+        if constraint == "c2":
+            return {"satisfied": None, "error": "the judge gave no verdict"}
+        ok = constraint == "c0"
+        return {"satisfied": ok, "graded": 1.0 if ok else 0.25, "records": [], "source": "tgv"}
+
+    instance = dict(inst(1, 3), targets=['```json\n[{"Counting Object": "words", "Type": "Specific"}]\n```'])
+    vs = scopeif.judge_instance(instance, "text", {}, judge=judge)
+    assert vs == [{"satisfied": True, "source": "tgv", "graded": 1.0, "records": []},
+                  {"satisfied": False, "source": "tgv", "graded": 0.25, "records": []},
+                  {"satisfied": None, "source": None, "error": "the judge gave no verdict"}]
+    # the shipped counting objects reach the judge (no extraction needed); a constraint without them gets None
+    assert calls[0] == ("p1", "c0", "text", [{"counting_object": "words", "type": "specific"}])
+    assert calls[1][3] is None
+    m = scopeif.metrics([instance], [vs])
+    assert m["judged_by"] == {"schema": 0, "tgv": 2, "fallback": 0, "unjudged": 1}
 
 
 def test_the_shipped_sample_loads():

@@ -2,14 +2,15 @@
 by Scope, Target and Range category (the paper's Figure 3 and Tables 6-8).
 
 A constraint's verdict comes from its schema formalization when it has one (all of its schema constraints must
-hold); otherwise from `judge` (the LLM judge of a later issue), or it stays unjudged. Unjudged constraints are
+hold); otherwise from `judge` (ScopeIF's tool-grounded LLM judge, ifcore.judge.tgv), or it stays unjudged;
+"judged_by" counts each way. Unjudged constraints are
 reported, never guessed: CSR averages over the instances with at least one judged constraint (each over its
 judged constraints), ISR over the instances whose constraints are all judged.
 """
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from importlib import resources
 from pathlib import Path
 from typing import Callable
@@ -66,18 +67,54 @@ def load_formalizations(path: str | Path | None = None) -> dict[tuple[int, int],
 
 
 def judge_instance(inst: dict, response: str, formalized: dict, judge: Callable | None = None) -> list[dict]:
-    """One verdict per constraint: {"satisfied": bool | None, "source": "schema" | "judge" | None}."""
-    doc = Doc(response)
-    out = []
-    for j, c in enumerate(inst["constraints"]):
-        schema = formalized.get((inst["id"], j))
-        if schema is not None:
-            out.append({"satisfied": all(verify(s, doc).satisfied for s in schema), "source": "schema"})
-        elif judge is not None and (v := judge(inst, j, response)) is not None:
-            out.append({"satisfied": bool(v), "source": "judge"})
-        else:
-            out.append({"satisfied": None, "source": None})
+    """One verdict per constraint (see judge_all)."""
+    return judge_all([(inst, response)], formalized, judge)[0]
+
+
+def judge_all(pairs: list[tuple[dict, str]], formalized: dict, judge: Callable | None = None) -> list[list[dict]]:
+    """Verdicts for (instance, response) pairs, one per constraint: {"satisfied": bool | None, "source"}.
+
+    source "schema": every schema constraint of its formalization holds. The rest go to `judge`, called as
+    judge(instruction, constraint, response, targets) (an ifcore.judge.tgv.TGV, whose `many` judges them all
+    concurrently) with the counting objects the test file ships for that constraint: source "tgv", or
+    "fallback" (the judge's binary conclusion), with "graded" and "records"; an unjudged one keeps source
+    None and the judge's reason in "error"."""
+    out, asks = [], []
+    for k, (inst, response) in enumerate(pairs):
+        doc, verdicts = Doc(response), []
+        for j, c in enumerate(inst["constraints"]):
+            schema = formalized.get((inst["id"], j))
+            if schema is not None:
+                verdicts.append({"satisfied": all(verify(s, doc).satisfied for s in schema), "source": "schema"})
+                continue
+            verdicts.append({"satisfied": None, "source": None})
+            if judge is not None:
+                asks.append((k, j, (inst["prompt"], c["constraint"], response, _targets(inst, j))))
+        out.append(verdicts)
+    if asks:
+        items = [item for _, _, item in asks]
+        results = judge.many(items) if hasattr(judge, "many") else [judge(*item) for item in items]
+        for (k, j, _), v in zip(asks, results):
+            if v["satisfied"] is None:
+                out[k][j] = {"satisfied": None, "source": None, "error": v.get("error")}
+            else:
+                out[k][j] = {"satisfied": bool(v["satisfied"]), "source": v["source"], "graded": v["graded"],
+                             "records": v["records"]}
     return out
+
+
+def _targets(inst: dict, j: int) -> list | None:
+    """The counting objects test.json ships for constraint j (a fenced JSON list), None when absent or unparsable:
+    then the judge extracts them itself."""
+    from ifcore.judge.prompts import JudgeParseError, parse_targets
+
+    shipped = inst.get("targets")
+    if not isinstance(shipped, list) or j >= len(shipped) or not isinstance(shipped[j], str):
+        return None
+    try:
+        return parse_targets(shipped[j])
+    except JudgeParseError:
+        return None
 
 
 def metrics(instances: list[dict], verdicts: list[list[dict]]) -> dict:
@@ -105,9 +142,12 @@ def metrics(instances: list[dict], verdicts: list[list[dict]]) -> dict:
                 per[g][k][0] += v["satisfied"]
                 per[g][k][1] += 1
     mean = lambda xs: sum(xs) / len(xs) if xs else None
+    sources = Counter(v["source"] for vs in verdicts for v in vs)
     return {"CSR": mean(csr_terms), "ISR": mean(isr_terms), "instances": len(instances),
             "instances_in_CSR": len(csr_terms), "instances_in_ISR": len(isr_terms),
             "constraints": total, "judged_constraints": judged,
+            "judged_by": {"schema": sources["schema"], "tgv": sources["tgv"], "fallback": sources["fallback"],
+                          "unjudged": sources[None]},
             "by_category": {g: {k: {"csr": s / n, "n": n} for k, (s, n) in sorted(d.items())}
                             for g, d in per.items()}}
 
@@ -148,7 +188,7 @@ def evaluate(responses_path: str | Path, output_dir: str | Path, test_path=None,
     if not chosen:
         raise JsonlError(f"{responses_path}: no responses (the file is empty)")
     picked = [inst for _, inst, _ in chosen.values()]
-    verdicts = [judge_instance(inst, response, formalized, judge) for _, inst, response in chosen.values()]
+    verdicts = judge_all([(inst, response) for _, inst, response in chosen.values()], formalized, judge)
     rows = [{"id": inst["id"], "response": response, "verdicts": vs}
             for (_, inst, response), vs in zip(chosen.values(), verdicts)]
     summary = metrics(picked, verdicts)

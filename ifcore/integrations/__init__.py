@@ -6,7 +6,10 @@ keyword arguments where the framework passes them (TRL partials, verl's reward_k
 environment: IFCORE_REWARD (ila, cla, scopeif, scopeif_flat, raif; default scopeif), IFCORE_THINK (auto,
 required, none, raif; default auto), IFCORE_ALPHA (finite, > 0; default 3.0), IFCORE_BUDGET_S (seconds for
 all of one response's constraints, the rest count violated; default 2.0, "inf" for none) and
-IFCORE_MAX_RESPONSE_CHARS (the verified text is cut to this many characters; default 200000). This package
+IFCORE_MAX_RESPONSE_CHARS (the verified text is cut to this many characters; default 200000). Judged
+constraints (X15) need an LLM judge: a `judge=` argument, else IFCORE_JUDGE_URL and IFCORE_JUDGE_MODEL (and
+IFCORE_JUDGE_KEY) make one per process, ScopeIF's tool-grounded verification (ifcore.judge.tgv) with
+IFCORE_JUDGE_TOOLS sandbox workers (default 2), imported only then. This package
 and the TRL and verl adapters import no torch (the OpenRLHF module does, as OpenRLHF's reward functions
 return tensors); none imports `ifcore.train`.
 """
@@ -26,10 +29,10 @@ PROBLEMS = ("truncated", "unclosed_think", "missing_think", "raif_format")
 
 
 def settings(kind: str | None = None, think: str | None = None, alpha: float | None = None,
-             budget_s: float | None = None, max_response_chars: int | None = None) -> dict:
+             budget_s: float | None = None, max_response_chars: int | None = None, judge=None) -> dict:
     """score_response's keyword arguments for a run: the arguments given, else IFCORE_REWARD / IFCORE_THINK /
-    IFCORE_ALPHA / IFCORE_BUDGET_S / IFCORE_MAX_RESPONSE_CHARS, else scopeif / auto / 3.0 / 2.0 / 200000.
-    A bad value raises ValueError naming the variable."""
+    IFCORE_ALPHA / IFCORE_BUDGET_S / IFCORE_MAX_RESPONSE_CHARS, else scopeif / auto / 3.0 / 2.0 / 200000;
+    the judge given, else `env_judge()`. A bad value raises ValueError naming the variable."""
     env = os.environ.get
     kind = kind or env("IFCORE_REWARD") or "scopeif"
     think = think or env("IFCORE_THINK") or "auto"
@@ -57,13 +60,40 @@ def settings(kind: str | None = None, think: str | None = None, alpha: float | N
     if max_response_chars <= 0:
         raise ValueError(f"IFCORE_MAX_RESPONSE_CHARS / max_response_chars must be a positive integer, got {chars!r}")
     return {"kind": kind, "think": think, "alpha": alpha, "budget_s": None if budget_s == math.inf else budget_s,
-            "max_response_chars": max_response_chars}
+            "max_response_chars": max_response_chars, "judge": judge if judge is not None else env_judge()}
 
 
-def score(response, constraints, opts: dict, where: str, truncated: bool = False) -> dict:
+_JUDGE: dict = {}
+_JUDGE_LOCK = threading.Lock()
+
+
+def env_judge():
+    """The process's judge from IFCORE_JUDGE_URL / IFCORE_JUDGE_MODEL (None when the URL is unset): a TGV over a
+    JudgeClient with a sandbox of IFCORE_JUDGE_TOOLS workers, made on first use and shared by every sample."""
+    url = os.environ.get("IFCORE_JUDGE_URL")
+    if not url:
+        return None
+    key = (url, os.environ.get("IFCORE_JUDGE_MODEL"), os.environ.get("IFCORE_JUDGE_TOOLS", "2"))
+    with _JUDGE_LOCK:
+        if key not in _JUDGE:
+            from ifcore.judge.client import JudgeClient  # lazy: a run without judged constraints stays light
+            from ifcore.judge.sandbox import Sandbox
+            from ifcore.judge.tgv import TGV
+            try:
+                workers = int(key[2])
+            except ValueError:
+                workers = 0
+            if workers < 1:
+                raise ValueError(f"IFCORE_JUDGE_TOOLS must be a positive integer, got {key[2]!r}")
+            _JUDGE[key] = TGV(JudgeClient(url, key[1]), Sandbox(workers=workers))
+        return _JUDGE[key]
+
+
+def score(response, constraints, opts: dict, where: str, truncated: bool = False, prompt: str = "") -> dict:
     """score_response under the run's settings `opts`, and the reward checked: a value outside its kind's
-    range (RANGES, NaN included) raises ValueError naming the sample `where` instead of poisoning a batch."""
-    result = score_response(response, constraints, truncated=truncated, **opts)
+    range (RANGES, NaN included) raises ValueError naming the sample `where` instead of poisoning a batch.
+    `prompt` is the instruction a judge reads for judged constraints."""
+    result = score_response(response, constraints, truncated=truncated, prompt=prompt, **opts)
     lo, hi = RANGES[opts["kind"]]
     if not lo <= result["reward"] <= hi:
         raise ValueError(f"{where}: {opts['kind']} reward {result['reward']!r} outside [{lo}, {hi}] "
@@ -146,7 +176,7 @@ def log_keys(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The fixed names of `sample_logs`: OpenRLHF and verl need every sample to carry the same keys."""
     scopes = tuple(k for s in SELECTORS for k in (f"scope_{s}_sat", f"scope_{s}_n"))
     return ("ila", "cla", "format_fail", *(f"fmt_{p}" for p in PROBLEMS), "verify_errors", "over_budget",
-            "clipped", "constraints", *scopes, *extra)
+            "clipped", "constraints", "judged", "judge_fallback", "unjudged", *scopes, *extra)
 
 
 def sample_logs(result: dict, constraints) -> dict[str, float]:
@@ -168,6 +198,10 @@ def sample_logs(result: dict, constraints) -> dict[str, float]:
     logs["over_budget"] = float(result["over_budget"])
     logs["clipped"] = float(result["clipped"])
     logs["constraints"] = float(len(sat))
+    for v in result.get("judged") or ():  # judged constraints: by TGV's records, its binary fallback, or not at all
+        if v is not None:
+            key = {"tgv": "judged", "fallback": "judge_fallback"}.get(v.get("source"), "unjudged")
+            logs[key] += 1.0
     for c, ok in zip(constraints, sat):
         s = scope_class(c)
         logs[f"scope_{s}_n"] += 1.0

@@ -7,8 +7,8 @@ strings, `labels` the `--data.label_key` column (schema v1 constraints). It read
 `scores` (dynamic filtering, in [0, 1]) and `extra_logs` (one scalar per key, averaged over samples; every
 sample must carry the same keys).
 
-Settings: IFCORE_REWARD, IFCORE_THINK, IFCORE_ALPHA, IFCORE_BUDGET_S, IFCORE_MAX_RESPONSE_CHARS (see
-ifcore.integrations) and IFCORE_EOS, the comma-separated end-of-sequence strings a finished response ends
+Settings: IFCORE_REWARD, IFCORE_THINK, IFCORE_ALPHA, IFCORE_BUDGET_S, IFCORE_MAX_RESPONSE_CHARS, and for
+judged constraints IFCORE_JUDGE_URL / IFCORE_JUDGE_MODEL (see ifcore.integrations) and IFCORE_EOS, the comma-separated end-of-sequence strings a finished response ends
 with. OpenRLHF does not tell a reward function that a response hit the length limit, but a finished one ends
 with its EOS token's text; a response ending with none of them is truncated and gated to 0 (ScopeIF
 appendix D). IFCORE_EOS="" turns that detection off.
@@ -62,7 +62,7 @@ def reward_func(queries, prompts, labels, **kwargs):
         while any(response.endswith(m) for m in eos):
             m = next(m for m in eos if response.endswith(m))
             response, finished = response[:-len(m)].rstrip(), True
-        result = score(response, constraints, opts, where, truncated=bool(eos) and not finished)
+        result = score(response, constraints, opts, where, truncated=bool(eos) and not finished, prompt=prompt)
         rewards.append(result["reward"])
         # Dynamic filtering reads scores in [0, 1]: RAIF's [-3, 3] is mapped linearly, the others already are.
         scores.append((result["reward"] - lo) / (hi - lo))

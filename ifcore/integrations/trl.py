@@ -7,8 +7,8 @@ message lists for conversational datasets.
 
 Settings are keyword arguments, so bind them with functools.partial (TRL names a partial after the
 function): kind, think, alpha, budget_s, max_response_chars (default: IFCORE_REWARD / IFCORE_THINK /
-IFCORE_ALPHA / IFCORE_BUDGET_S / IFCORE_MAX_RESPONSE_CHARS, see ifcore.integrations), label_column (default
-"label"), and eos_token_ids: TRL decodes completions without special tokens, so a truncated completion is
+IFCORE_ALPHA / IFCORE_BUDGET_S / IFCORE_MAX_RESPONSE_CHARS, see ifcore.integrations), judge (for judged
+constraints; default: IFCORE_JUDGE_URL's, see ifcore.integrations), label_column (default "label"), and eos_token_ids: TRL decodes completions without special tokens, so a truncated completion is
 one whose ids do not end with an EOS id; without eos_token_ids nothing is counted truncated
 (GRPOConfig.mask_truncated_completions then keeps such completions out of the loss instead).
 """
@@ -32,11 +32,11 @@ def _completion_text(completion) -> str:
 
 def reward_fn(prompts, completions, completion_ids=None, *, kind: str | None = None, think: str | None = None,
               alpha: float | None = None, budget_s: float | None = None, max_response_chars: int | None = None,
-              label_column: str = "label", eos_token_ids=None, **kwargs) -> list[float]:
+              label_column: str = "label", eos_token_ids=None, judge=None, **kwargs) -> list[float]:
     """One reward per completion (`ifcore.rewards.score_response`), constraints from the `label_column`
     dataset column. With TRL's `log_metric`, logs ILA, CLA, format failures, verifier errors, constraints
     left unchecked by the time budget, clipped responses and the CSR of each scope class."""
-    opts = settings(kind, think, alpha, budget_s, max_response_chars)
+    opts = settings(kind, think, alpha, budget_s, max_response_chars, judge)
     if label_column not in kwargs:
         columns = sorted(k for k, v in kwargs.items() if isinstance(v, list))
         raise ValueError(f"reward_fn: no dataset column {label_column!r} (columns: {columns}); pass "
@@ -53,7 +53,8 @@ def reward_fn(prompts, completions, completion_ids=None, *, kind: str | None = N
         constraints = load_constraints(label, f"{label_column} of {where}")
         ids = completion_ids[i] if completion_ids is not None else None
         truncated = bool(eos) and ids is not None and (len(ids) == 0 or int(ids[-1]) not in eos)
-        result = score(_completion_text(completion), constraints, opts, where, truncated)
+        instruction = prompt if isinstance(prompt, str) else _completion_text(prompt)
+        result = score(_completion_text(completion), constraints, opts, where, truncated, instruction)
         rewards.append(result["reward"])
         for k, v in sample_logs(result, constraints).items():
             totals[k] = totals.get(k, 0.0) + v

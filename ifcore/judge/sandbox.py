@@ -17,8 +17,8 @@ before it runs the tool:
   a few file descriptors, no core dumps;
 - on x86_64 a seccomp filter: no new processes or threads, programs, sockets, signals to other processes,
   namespaces, mounts, tracing. `Sandbox.hardening` says which of these are in force.
-The tool runs with the full builtins (as ScopeIF's do); the helpers the prompt promises, `word_count` and
-`split_sentences`, are in its globals. Its result must be JSON and at most RESULT_CAP characters once
+The tool runs with the full builtins (as ScopeIF's do); the helpers the prompt promises, `count_word` (also
+as `word_count`) and `split_sentences`, are in its globals. Its result must be JSON and at most RESULT_CAP characters once
 serialized (ScopeIF drops larger ones). Every call returns {"ok", "result", "error", "kind"} with kind one of
 "ok", "error", "timeout", "killed", "too_large", "bad_result"; a tool never raises in the caller.
 """
@@ -164,7 +164,7 @@ def _call_tool(code: str, function: str, args: list) -> str:
     import builtins
     try:
         scope = {"__builtins__": builtins, "__name__": "__tool__", "word_count": word_count,
-                 "split_sentences": split_sentences}
+                 "count_word": word_count, "split_sentences": split_sentences}  # count_word: the prompt's name
         exec(compile(code, "<tool>", "exec"), scope)
         fn = scope.get(function)
         if not callable(fn):
@@ -404,7 +404,7 @@ req = json.load(sys.stdin)
 scope = {"__name__": "__tool__"}
 if req["helpers"]:  # ifcore.text costs the fresh interpreter its import; a tool without helpers skips it
     from ifcore.judge.sandbox import split_sentences, word_count
-    scope.update(word_count=word_count, split_sentences=split_sentences)
+    scope.update(word_count=word_count, count_word=word_count, split_sentences=split_sentences)
 exec(compile(req["code"], "<tool>", "exec"), scope)
 print()  # the reply is the last line, after anything the tool prints
 print(json.dumps(scope[req["function"]](*req["args"])))

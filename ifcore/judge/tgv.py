@@ -1,0 +1,145 @@
+"""Tool-grounded verification, ScopeIF section 5.1: targets -> tool (eq. 2) -> execution (eq. 3) -> tool-grounded
+judgment (eq. 4) -> records ([l, u], a) -> the graded value g (eq. 5-6) that the rewards of ifcore.rewards take.
+
+`TGV(client, sandbox)` is a judge: `tgv(instruction, constraint, response)` returns one verdict dict,
+{"satisfied", "graded", "records", "source", ...}, and `tgv.many(items)` judges many at once (the client bounds
+the requests in flight, the sandbox the tools running). `source` says where the verdict came from:
+- "tgv": the judgment's counting results parsed; satisfied iff every actual value lies in its bounds and g is
+  their geometric mean of exp(-alpha d / s) (the statistics win over a contradicting conclusion, as in ScopeIF
+  appendix E.4; `inconsistent` marks those);
+- "fallback": a stage failed on the way (targets unparsed, or the counting results unparsed) and the verdict is
+  the judge's binary conclusion, g = 1 or 0;
+- None: no verdict at all (the judge's conclusion unparsed after its retries, or the endpoint failed): unjudged,
+  with the reason in "error".
+A failed or absent tool is not a fallback: the judgment runs without auxiliary results, as the prompt allows.
+`counts` tallies every stage's outcome over the judge's life (reports and tests read it).
+
+Modes, the paper's Table 4 rows: "tgv" (the tool sees the response), "static" (w/ Static Tool: the tool is
+designed without the response and takes the whole response as its input), "llm" (a pure LLM judge: no tool).
+Retries, as in the reference code: generation parses retried twice, the judgment three times; a retry samples
+(temperature 1, a fixed seed per attempt), so it asks anew yet stays cacheable and reproducible.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+from ifcore.judge.prompts import (JudgeParseError, critique_prompt, parse_critique, parse_targets, parse_tool,
+                                  parse_verdict, target_prompt, tool_prompt)
+from ifcore.rewards import check_alpha, graded
+
+MODES = ("tgv", "static", "llm")
+STATIC_RESPONSE = "(not shown: design a tool for any response to this instruction; its only input is the whole " \
+                  "response, so give every parameter the value \"ALL\")"
+
+
+class TGV:
+    def __init__(self, client, sandbox=None, mode: str = "tgv", alpha: float = 3.0, generation_retries: int = 2,
+                 critique_retries: int = 3, **params):
+        """`client`: anything with `complete(prompt, **params) -> str` raising ifcore.judge.client.JudgeError
+        (a JudgeClient). `sandbox`: an ifcore.judge.sandbox.Sandbox (needed unless mode is "llm"). `params`:
+        sampling parameters for every request (e.g. max_tokens)."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode != "llm" and sandbox is None:
+            raise ValueError(f"mode {mode!r} runs the judge's tools: pass a sandbox (ifcore.judge.sandbox.Sandbox)")
+        self.client, self.sandbox, self.mode, self.alpha = client, sandbox, mode, check_alpha(alpha)
+        self.generation_tries, self.critique_tries = generation_retries + 1, critique_retries + 1
+        self.params = params
+        self.counts: Counter = Counter()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"TGV({self.client!r}, mode={self.mode!r})"
+
+    def _count(self, *keys: str) -> None:
+        with self._lock:
+            self.counts.update(keys)
+
+    def _ask(self, prompt: str, parse, tries: int):
+        """parse(reply) for the first reply that parses; JudgeParseError of the last one when none does."""
+        for attempt in range(tries):
+            retry = {} if attempt == 0 else {"temperature": 1.0, "seed": attempt}
+            try:
+                return parse(self.client.complete(prompt, **{**self.params, **retry}))
+            except JudgeParseError as e:
+                last = e
+        raise last
+
+    def __call__(self, instruction: str, constraint: str, response: str, targets: list | None = None) -> dict:
+        """One constraint of `instruction`, in words, judged on `response`. `targets`: its counting objects when
+        already known (synthesis extracts them), else the judge extracts them first (Table 13)."""
+        from ifcore.judge.client import JudgeError
+
+        out = {"satisfied": None, "graded": None, "records": [], "source": None, "stage": None, "error": None,
+               "tool": None, "inconsistent": False}
+        try:
+            if targets is None:
+                try:
+                    targets = self._ask(target_prompt(instruction, constraint), parse_targets, self.generation_tries)
+                except JudgeParseError as e:
+                    self._count("targets_unparsed")
+                    out["stage"], out["error"], targets = "targets", str(e), []
+            results = self._tool(instruction, constraint, response, targets, out) if self.mode != "llm" else ""
+            prompt = critique_prompt(instruction, constraint, response, targets, results)
+            try:
+                judged = self._ask(prompt, parse_critique, self.critique_tries)
+            except JudgeParseError as e:
+                try:  # the conclusion alone: the binary verdict the graded one falls back to
+                    verdict = parse_verdict(e.raw)
+                except JudgeParseError:
+                    self._count("unjudged")
+                    out.update(stage="judgment", error=str(e))
+                    return out
+                self._count("records_unparsed")
+                out.update(stage=out["stage"] or "records", error=out["error"] or str(e))
+                judged = {"verdict": verdict, "records": []}
+        except JudgeError as e:
+            self._count("request_failed", "unjudged")
+            out.update(stage="request", error=str(e))
+            return out
+        if out["stage"] is not None or not judged["records"]:
+            self._count("fallback")
+            satisfied = judged["verdict"]
+            return {**out, "satisfied": satisfied, "graded": 1.0 if satisfied else 0.0, "source": "fallback",
+                    "verdict": satisfied}
+        records = [{"target": r["target"], "lo": r["required"][0], "hi": r["required"][1], "actual": r["actual"]}
+                   for r in judged["records"]]
+        satisfied = all(r["lo"] <= r["actual"] <= r["hi"] for r in records)
+        # eq. 6: the geometric mean of the records' eq. 5 rewards (0 as soon as one is 0)
+        rewards = [graded(r["lo"], r["hi"], r["actual"], self.alpha) for r in records]
+        g = 0.0 if min(rewards) <= 0.0 else math.exp(sum(map(math.log, rewards)) / len(rewards))
+        inconsistent = satisfied != judged["verdict"]
+        self._count("tgv", *(["inconsistent"] if inconsistent else []))
+        return {**out, "satisfied": satisfied, "graded": g, "records": records, "source": "tgv",
+                "verdict": judged["verdict"], "inconsistent": inconsistent}
+
+    def _tool(self, instruction: str, constraint: str, response: str, targets: list, out: dict) -> str | list:
+        """Design the tool (Table 15) and run it in the sandbox: its results for the judgment, "" without any."""
+        static = self.mode == "static"
+        prompt = tool_prompt(instruction, constraint, STATIC_RESPONSE if static else response, targets)
+        try:
+            tool = self._ask(prompt, lambda text: parse_tool(text, response), self.generation_tries)
+        except JudgeParseError as e:
+            self._count("tool_unparsed")
+            out["tool"] = {"kind": "unparsed", "error": e.what}
+            return ""
+        if tool is None:
+            self._count("tool_none")
+            out["tool"] = {"kind": "none"}
+            return ""
+        args = [response if static else value for value in tool["args"].values()]
+        ran = self.sandbox.run(tool["code"], tool["name"], args)
+        self._count(f"tool_{ran['kind']}")
+        out["tool"] = {"kind": ran["kind"], "error": ran["error"]}
+        return ran["result"] if ran["ok"] else ""
+
+    def many(self, items: list[tuple], workers: int | None = None) -> list[dict]:
+        """Judge (instruction, constraint, response[, targets]) items concurrently; verdicts in their order."""
+        if not items:
+            return []
+        workers = workers or getattr(getattr(self.client, "settings", None), "concurrency", 8)
+        with ThreadPoolExecutor(min(workers, len(items))) as pool:
+            return list(pool.map(lambda item: self(*item), items))
