@@ -114,6 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probes", help="human-judged probes, '' to skip (default: tests/data/scopeif_probes.jsonl; "
                                     "the blind set is tests/data/scopeif_probes_blind.jsonl)")
 
+    p = sub.add_parser("judge-eval", help="judge meta-evaluation: an LLM judge's accuracy (per Scope, Target and "
+                                           "Range category) and pairwise agreement, the deterministic verdicts of "
+                                           "the formalized ScopeIF-Test constraints as ground truth")
+    p.add_argument("--responses", help="JSONL {id or instruction_id, response} (default: the repository's "
+                                       "tests/data/scopeif_whole.jsonl, 1,380 responses to 260 instructions)")
+    p.add_argument("--limit", type=int, default=100, help="responses judged, whole instructions drawn with --seed "
+                                                           "(default: 100; 0: all)")
+    p.add_argument("--seed", type=int, default=0, help="--limit: the draw (default: 0)")
+    p.add_argument("--test", help="an official test.json (default: the shipped sample)")
+    p.add_argument("--formalized", help="schema formalizations JSONL (default: the shipped ones)")
+    p.add_argument("--output-dir", help="also write judge_eval.json and items.jsonl (the verdicts) there")
+    _add_judge_flags(p)
+
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
     p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
@@ -146,6 +159,34 @@ def _run(args) -> int:
             counts = verify_jsonl(lines, fout, alpha=args.alpha)
         print(f"{counts['lines']} lines: {counts['ok']} ok, {counts['errors']} errors", file=sys.stderr)
         return 1 if counts["errors"] else 0
+    if args.command == "judge-eval":
+        from pathlib import Path
+
+        from ifcore.bench.scopeif import load_formalizations, load_test
+        from ifcore.judge import meta
+        from ifcore.paths import repo_path
+
+        if args.limit < 0:
+            raise ValueError(f"--limit: must be at least 0, got {args.limit}")
+        responses = meta.sample_responses(meta.read_responses(repo_path(args.responses, "tests/data/scopeif_whole.jsonl")),
+                                          args.limit or None, args.seed)
+        rows = meta.items(responses, load_test(args.test), load_formalizations(args.formalized))
+        with _judge(args) as judge:
+            if judge is None:
+                raise ValueError("judge-eval needs a judge: --judge-url and --judge-model (or --judge-serve NAME)")
+            result = meta.evaluate(judge, rows)
+        summary = {"judge": {"model": judge.client.settings.model, "mode": judge.mode}, "responses": len(responses),
+                   **result["summary"]}
+        if args.output_dir:
+            out = Path(args.output_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "judge_eval.json").write_text(json.dumps(summary, indent=1) + "\n")
+            with open(out / "items.jsonl", "w", encoding="utf-8") as f:
+                for row, v in zip(rows, result["verdicts"]):
+                    f.write(json.dumps({**{k: row[k] for k in ("id", "constraint_index", "response_index", "truth")},
+                                        "verdict": v}, ensure_ascii=False) + "\n")
+        print(meta.report(summary))
+        return 0
     if args.command == "audit":
         from ifcore.bench.audit import report
         from ifcore.bench.scopeif import _data
@@ -300,11 +341,16 @@ def _add_judge_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--judge-url", help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (default: "
                                        "$IFCORE_JUDGE_URL; none: what the schema cannot express stays unjudged)")
     g.add_argument("--judge-model", help="the served judge model (default: $IFCORE_JUDGE_MODEL)")
+    g.add_argument("--judge-serve", metavar="NAME", help="instead of --judge-url: serve this registry model "
+                                                          "(e.g. smollm2-135m) with transformers serve on loopback "
+                                                          "for the run")
     g.add_argument("--judge-mode", choices=["tgv", "static", "llm"], default="tgv",
                    help="tgv: tools designed for each response (default); static: designed without it; llm: no tool")
     g.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at most (default: 8)")
     g.add_argument("--judge-tools", type=int, default=2, help="sandbox workers running the judge's tools (default: 2)")
     g.add_argument("--judge-max-tokens", type=int, default=4096, help="tokens per judge reply at most (default: 4096)")
+    g.add_argument("--judge-retries", type=int, help="resamples of an unparsable judge reply at every stage "
+                                                    "(default: ScopeIF's, 2 for tools and 3 for judgments)")
 
 
 @contextlib.contextmanager
@@ -313,22 +359,25 @@ def _judge(args):
     stage counts go to stderr."""
     import os
 
-    if not (args.judge_url or os.environ.get("IFCORE_JUDGE_URL")):
+    if not (args.judge_url or args.judge_serve or os.environ.get("IFCORE_JUDGE_URL")):
         yield None
         return
-    from ifcore.judge.client import JudgeClient
-    from ifcore.judge.sandbox import Sandbox
-    from ifcore.judge.tgv import TGV
+    from ifcore.judge.tgv import judge_session
 
     for flag in ("judge_concurrency", "judge_tools", "judge_max_tokens"):
         if getattr(args, flag) < 1:
             raise ValueError(f"--{flag.replace('_', '-')}: must be at least 1, got {getattr(args, flag)}")
-    client = JudgeClient(args.judge_url, args.judge_model, concurrency=args.judge_concurrency)
-    with Sandbox(workers=args.judge_tools) as sandbox:
-        judge = TGV(client, sandbox, mode=args.judge_mode, max_tokens=args.judge_max_tokens)
+    if args.judge_serve:  # a SIGTERM must still stop the server this process starts (the with blocks below)
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    if args.judge_retries is not None and args.judge_retries < 0:
+        raise ValueError(f"--judge-retries: must be at least 0, got {args.judge_retries}")
+    with judge_session(args.judge_url, args.judge_model, args.judge_serve, args.judge_mode, args.judge_concurrency,
+                       args.judge_tools, args.judge_max_tokens, args.judge_retries) as judge:
         yield judge
-        print(f"judge {client.settings.model} ({args.judge_mode}): {dict(sorted(judge.counts.items()))}, "
-              f"{client.requests} requests", file=sys.stderr)
+        print(f"judge {judge.client.settings.model} ({args.judge_mode}): {dict(sorted(judge.counts.items()))}, "
+              f"{judge.client.requests} requests", file=sys.stderr)
 
 
 def _generation(args):

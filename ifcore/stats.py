@@ -84,3 +84,19 @@ def paired_bootstrap(a, b, weights=None, level: float = 0.95, resamples: int = 1
         draws[start:start + len(counts)] = (counts @ (x - y)) / counts.sum(axis=1)
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
     return diff, float(lo), float(hi), n
+
+
+def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float, float, int]:
+    """(k / n, lo, hi, n): a proportion and its Wilson score interval, which stays inside [0, 1] and keeps its
+    coverage at the extremes (9 of 9 correct is not "100 % +/- 0"). n = 0 gives NaN throughout."""
+    if not 0 < level < 1:
+        raise ValueError(f"level={level!r}: a confidence level lies strictly between 0 and 1")
+    if n == 0:
+        return math.nan, math.nan, math.nan, 0
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return p, max(0.0, centre - half), min(1.0, centre + half), n

@@ -102,6 +102,25 @@ def coverage_bars(axes, cov: dict, groups=("scope", "primary_target", "range")):
     axes[0].figure.legend(handles, labels, loc="lower center", ncol=2, frameon=False, bbox_to_anchor=(0.5, -0.06))
 
 
+def judge_accuracy_bars(axes, pointwise: dict, groups=("scope_selector", "primary_target", "range")):
+    """A judge's pointwise accuracy per category with its Wilson 95 % interval (ifcore.judge.meta.pointwise), and
+    the accuracy of always giving the majority verdict (dashed) for scale."""
+    for ax, g in zip(axes, groups):
+        cells = pointwise["by_category"][g]
+        names = sorted(cells, key=lambda k: -cells[k]["n"])
+        acc = [cells[k]["accuracy"] for k in names]
+        err = [[a - cells[k]["lo"] for a, k in zip(acc, names)], [cells[k]["hi"] - a for a, k in zip(acc, names)]]
+        y = range(len(names))
+        ax.barh(y, acc, xerr=err, color="#009E73", ecolor="#333333", capsize=3)
+        ax.axvline(pointwise["majority"], color="#D55E00", linestyle="--", label="always the majority verdict")
+        ax.set_yticks(list(y), [f"{k} ({cells[k]['n']})" for k in names])
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("judge accuracy (95% Wilson interval)")
+        ax.set_title(g.replace("_", " ").capitalize())
+    axes[0].legend(loc="lower right", frameon=False)
+
+
 def save(fig, stem: str | Path) -> list[str]:
     """Write the figure as PNG and SVG; returns both paths."""
     stem = Path(stem)

@@ -1,6 +1,7 @@
 """Notebooks: sources carry no outputs, parameters are typed and explained, and each executes headless under
 papermill (without --cwd) from the repository root and from notebooks/ in a small configuration."""
 import ast
+import contextlib
 import json
 import re
 from importlib import resources
@@ -10,6 +11,7 @@ import nbformat
 import papermill
 import pytest
 
+import scripted_judge
 from ifcore.paths import repo_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +23,7 @@ TINY_POLICY = dict(vocab_size=320, hidden_size=32, layers=1, heads=2, kv_heads=1
 TINY_RUN = dict(prompts_per_step=4, group_size=4, max_new_tokens=24, micro_batch=16, eval_prompts=8,
                 eval_samples=2, eval_every=2, save_every=2)
 SMALL = {
-    "00_constraint_schema.ipynb": {"interactive": False},
+    "00_constraint_schema.ipynb": {"interactive": False, "judge_responses": 4, "judge_model": "scripted"},
     "01_cot_preliminary_study.ipynb": {"model": str(ROOT / "tests/data/tiny_chat_llama"), "subset": 3,
                                        "max_new_tokens": 8},
     "02_raif_superior_cot.ipynb": {"seeds": [0, 1], "steps": 3, "model_size": TINY_POLICY, "train_config": TINY_RUN},
@@ -32,7 +34,7 @@ SMALL = {
                                    "discriminator": {"instructions": 30, "steps": 20, "batch_size": 8,
                                                      "eval_every": 10, "max_new_tokens": 24}},
 }
-FIGURES = {"00_constraint_schema.ipynb": ["00_graded_reward_curves", "00_scopeif_test_coverage"],
+FIGURES = {"00_constraint_schema.ipynb": ["00_graded_reward_curves", "00_judge_accuracy", "00_scopeif_test_coverage"],
            "01_cot_preliminary_study.ipynb": ["01_cot_effect_by_type", "01_format_adherence", "01_reasoning_keywords",
                                               "01_reasoning_length", "01_restatement", "01_scores_by_mode"],
            "02_raif_superior_cot.ipynb": ["02_heldout_isr_csr_reasoning", "02_training_dynamics"],
@@ -100,7 +102,12 @@ def execute(path: Path, cwd: Path, shared: Path, tmp_path: Path, monkeypatch, **
     monkeypatch.setenv("IFCORE_CACHE", str(shared / "cache"))  # the kernel inherits it
     monkeypatch.chdir(cwd)
     out = tmp_path / path.name
-    papermill.execute_notebook(str(path), str(out), parameters=params, kernel_name="python3", progress_bar=False)
+    with contextlib.ExitStack() as stack:
+        if "judge_url" in papermill.inspect_notebook(str(path)):  # the judge section: a scripted judge on loopback
+            httpd, _, params["judge_url"] = scripted_judge.start()
+            stack.callback(httpd.server_close)
+            stack.callback(httpd.shutdown)
+        papermill.execute_notebook(str(path), str(out), parameters=params, kernel_name="python3", progress_bar=False)
     nb = nbformat.read(out, as_version=4)
     outputs = [o for c in nb.cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
@@ -125,6 +132,9 @@ def test_notebook_00_executes_from_the_notebooks_folder(shared, tmp_path, monkey
     path = ROOT / "notebooks" / "00_constraint_schema.ipynb"
     printed, _ = execute(path, ROOT / "notebooks", shared, tmp_path, monkeypatch, **SMALL[path.name])
     assert "1413 constraints of 268 instructions" in printed  # the shipped formalizations, found from notebooks/
+    # section 6: the judge it was given judged every formalized constraint of the 4 responses, and said what it found
+    assert "judge scripted (tgv)" in printed and re.search(r"pointwise accuracy .* over \d+ judged of \d+ items", printed)
+    assert re.search(r"The (judge beats|judge is worse|data cannot tell)", printed)
 
 
 @pytest.mark.slow

@@ -248,3 +248,58 @@ def test_eval_scopeif_judges_every_constraint_of_the_sample(server, tmp_path, ca
     judged = [v for r in rows for v in r["verdicts"] if v["source"] == "tgv"]
     assert len(judged) == unformalized and {v["satisfied"] for v in judged} == {True, False}
     assert any("judge scripted (tgv)" in line and f"'tgv': {unformalized}" in line for line in err)
+
+
+# ---- judge meta-evaluation ------------------------------------------------------------------------------------
+
+def _row(r, j, truth, scope="Global", target="Capacity", rng="Intervals", instance=7):
+    return {"response_index": r, "id": instance, "constraint_index": j, "truth": truth, "scope_selector": scope,
+            "primary_target": target, "range": rng}
+
+
+def test_pointwise_and_pairwise_by_hand():
+    from ifcore.judge import meta
+
+    rows = [_row(0, 0, True), _row(0, 1, True, scope="Nested"), _row(1, 0, False), _row(1, 1, True, scope="Nested"),
+            _row(2, 0, False), _row(2, 1, False, scope="Nested")]
+    judge = [True, False, False, True, True, None]
+    verdicts = [{"satisfied": s} for s in judge]
+    pw = meta.pointwise(rows, verdicts)
+    assert (pw["judged"], pw["unjudged"]) == (5, 1) and pw["accuracy"] == pytest.approx(3 / 5)
+    assert pw["by_category"]["scope_selector"]["Global"]["accuracy"] == pytest.approx(2 / 3)
+    assert pw["by_category"]["scope_selector"]["Nested"] == {**pw["by_category"]["scope_selector"]["Nested"],
+                                                             "accuracy": 0.5, "n": 2}
+    assert pw["confusion"] == {"truth True / judge True": 2, "truth True / judge False": 1,
+                               "truth False / judge True": 1, "truth False / judge False": 1}
+    # pairs (0,1): truth 2-1 win, judge 1-1 tie -> disagree; (0,2): shared {0}: truth 1-0 win, judge 1-1 tie ->
+    # disagree; (1,2): shared {0}: truth 0-0 tie, judge 0-1 lose -> disagree
+    assert meta.pairwise(rows, verdicts)["agreement"] == 0.0 and meta.pairwise(rows, verdicts)["pairs"] == 3
+    perfect = [{"satisfied": r["truth"]} for r in rows]
+    assert meta.pairwise(rows, perfect) == {**meta.pairwise(rows, perfect), "agreement": 1.0, "pairs": 3}
+    assert meta.pointwise(rows, perfect)["accuracy"] == 1.0
+
+
+def test_judge_eval_on_the_deterministic_ground_truth(server, tmp_path, capsys, monkeypatch):
+    from ifcore.judge import meta
+
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))
+    status, out, err = run_cli(capsys, "judge-eval", "--limit", "30", "--seed", "3", "--output-dir", tmp_path / "je",
+                               "--judge-url", server.url, "--judge-model", "scripted")
+    assert status == 0, err
+    summary = json.loads((tmp_path / "je" / "judge_eval.json").read_text())
+    items = [json.loads(x) for x in (tmp_path / "je" / "items.jsonl").read_text().splitlines()]
+    assert summary["responses"] <= 30 and summary["pointwise"]["items"] == len(items) > 30
+    # the truth is the verifier's verdict, recomputed here; the accuracy is the share of matching verdicts
+    formalized = load_formalizations()
+    responses = meta.sample_responses(meta.read_responses(REPO / "tests/data/scopeif_whole.jsonl"), 30, 3)
+    for item in items:
+        doc = responses[item["response_index"]][1]
+        assert item["truth"] == all(verify(s, doc).satisfied for s in formalized[(item["id"], item["constraint_index"])])
+    right = sum(i["verdict"]["satisfied"] == i["truth"] for i in items if i["verdict"]["satisfied"] is not None)
+    assert summary["pointwise"]["accuracy"] == pytest.approx(right / summary["pointwise"]["judged"])
+    assert 0 < summary["pointwise"]["accuracy"] < 1  # a word-counting judge is right on some, wrong on others
+    assert summary["pairwise"]["pairs"] > 0 and set(summary["pointwise"]["by_category"]) == set(meta.GROUPS)
+    assert out.startswith("pointwise accuracy") and "scope_selector:" in out
+    # no judge: a clear error, nothing judged
+    status, out, err = run_cli(capsys, "judge-eval", "--limit", "5")
+    assert status == 2 and "needs a judge" in err[-1]

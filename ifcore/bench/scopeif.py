@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ifcore.coverage import scope_selector
+from ifcore.judge.prompts import shipped_targets
 from ifcore.jsonl import JsonlError, iter_jsonl
 from ifcore.schema import Constraint
 from ifcore.text import Doc
@@ -89,7 +90,7 @@ def judge_all(pairs: list[tuple[dict, str]], formalized: dict, judge: Callable |
                 continue
             verdicts.append({"satisfied": None, "source": None})
             if judge is not None:
-                asks.append((k, j, (inst["prompt"], c["constraint"], response, _targets(inst, j))))
+                asks.append((k, j, (inst["prompt"], c["constraint"], response, shipped_targets(inst, j))))
         out.append(verdicts)
     if asks:
         items = [item for _, _, item in asks]
@@ -101,20 +102,6 @@ def judge_all(pairs: list[tuple[dict, str]], formalized: dict, judge: Callable |
                 out[k][j] = {"satisfied": bool(v["satisfied"]), "source": v["source"], "graded": v["graded"],
                              "records": v["records"]}
     return out
-
-
-def _targets(inst: dict, j: int) -> list | None:
-    """The counting objects test.json ships for constraint j (a fenced JSON list), None when absent or unparsable:
-    then the judge extracts them itself."""
-    from ifcore.judge.prompts import JudgeParseError, parse_targets
-
-    shipped = inst.get("targets")
-    if not isinstance(shipped, list) or j >= len(shipped) or not isinstance(shipped[j], str):
-        return None
-    try:
-        return parse_targets(shipped[j])
-    except JudgeParseError:
-        return None
 
 
 def metrics(instances: list[dict], verdicts: list[list[dict]]) -> dict:

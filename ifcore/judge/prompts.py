@@ -288,6 +288,18 @@ def parse_targets(text: str) -> list[dict]:
     return targets
 
 
+def shipped_targets(instance: dict, j: int) -> list[dict] | None:
+    """The counting objects a ScopeIF-Test instance ships for its constraint j (test.json's "targets", one fenced
+    JSON list per constraint), None when absent or unparsable: then the judge extracts them itself."""
+    shipped = instance.get("targets")
+    if not isinstance(shipped, list) or j >= len(shipped) or not isinstance(shipped[j], str):
+        return None
+    try:
+        return parse_targets(shipped[j])
+    except JudgeParseError:
+        return None
+
+
 _TOOL_BLOCK = re.compile(r"\[The Start of Auxiliary Verification Tool\](.*?)\[The End of Auxiliary Verification Tool\]"
                          r"|\[辅助验证代码-开始\](.*?)\[辅助验证代码-结束\]", re.DOTALL | re.IGNORECASE)
 

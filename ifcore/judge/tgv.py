@@ -21,6 +21,7 @@ Retries, as in the reference code: generation parses retried twice, the judgment
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections import Counter
@@ -143,3 +144,30 @@ class TGV:
         workers = workers or getattr(getattr(self.client, "settings", None), "concurrency", 8)
         with ThreadPoolExecutor(min(workers, len(items))) as pool:
             return list(pool.map(lambda item: self(*item), items))
+
+
+@contextlib.contextmanager
+def judge_session(base_url: str | None = None, model: str | None = None, serve: str | None = None,
+                  mode: str = "tgv", concurrency: int = 8, tools: int = 2, max_tokens: int = 4096,
+                  retries: int | None = None, **settings):
+    """A TGV judge for a block: a JudgeClient on `base_url` / `model` (default $IFCORE_JUDGE_URL /
+    $IFCORE_JUDGE_MODEL), or on a registry model `serve`d for the block by `transformers serve` on loopback
+    (ifcore.infer.serve), and a sandbox of `tools` workers; all stopped on exit. `retries`: resamples of an
+    unparsable reply at every stage (None: ScopeIF's, 2 for generation and 3 for the judgment). `settings` go to
+    JudgeClient."""
+    from ifcore.judge.client import JudgeClient
+    from ifcore.judge.sandbox import Sandbox
+
+    for name, value in (("concurrency", concurrency), ("tools", tools), ("max_tokens", max_tokens)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    with contextlib.ExitStack() as stack:
+        if serve:
+            from ifcore.infer.serve import serve as serve_model  # lazily: only a locally served judge needs it
+
+            endpoint = stack.enter_context(serve_model(serve))
+            base_url, model = endpoint.base_url, endpoint.model
+        client = JudgeClient(base_url, model, concurrency=concurrency, **settings)
+        sandbox = stack.enter_context(Sandbox(workers=tools)) if mode != "llm" else None
+        tries = {} if retries is None else {"generation_retries": retries, "critique_retries": retries}
+        yield TGV(client, sandbox, mode=mode, max_tokens=max_tokens, **tries)
