@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import USER_CACHE
+from helpers import REPO, USER_CACHE
 
 from ifcore.infer import registry
 from ifcore.infer.generate import Endpoint, GenParams, Local, cache_path, generate, generate_jsonl
@@ -336,6 +336,28 @@ def test_serve_on_loopback_agrees_with_in_process_greedy_and_stops_cleanly(tiny)
     assert pid not in children()
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)  # the server's whole process group is gone
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+
+
+@pytest.mark.slow
+def test_a_server_whose_starter_is_killed_goes_too(tiny, tmp_path):
+    # A restarted notebook kernel dies by signal: its `with serve(...)` never exits, yet the server must not stay.
+    script = ("import os, sys, time; from ifcore.infer.serve import serve\n"
+              "with serve(sys.argv[1]) as endpoint:\n"
+              "    print(endpoint.base_url, flush=True); time.sleep(600)\n")
+    starter = subprocess.Popen([sys.executable, "-c", script, str(tiny)], stdout=subprocess.PIPE, text=True,
+                               cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    url = starter.stdout.readline().strip()
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    starter.kill()
+    starter.wait()
+    for _ in range(300):  # SIGKILL from the kernel takes effect at once; allow a busy machine its scheduling
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            break
+        time.sleep(0.1)
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
 

@@ -43,7 +43,7 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 0, device: str = "auto
     env = dict(os.environ, OMP_NUM_THREADS=str(len(cpus))) if cpus else None
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_stop_with_parent)
         try:
             if cpus:
                 os.sched_setaffinity(proc.pid, cpus)  # before torch starts its threads, which inherit it
@@ -77,6 +77,17 @@ def serve_forever(name: str, host: str = "127.0.0.1", port: int = 8000, device: 
         return 0
     finally:
         _stop(proc)
+
+
+def _stop_with_parent() -> None:
+    """In the server's child before exec: SIGKILL when the process that started it dies by any signal (a
+    restarted notebook kernel), so no server outlives its block (on SIGTERM it would wait out its requests).
+    Linux only; elsewhere a no-op."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _stop(proc: subprocess.Popen) -> None:
