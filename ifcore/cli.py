@@ -128,18 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     _add_judge_flags(p)
 
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
-    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox"],
+    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
                         "rewards: 1,024 rollouts x 5 constraints, verification included; "
                         "ifeval: 541 IFEval responses, strict and loose; "
                         "generate: greedy tokens/s at batch 1 and 32 on 1 and 2 cores, in process and through "
                         "transformers serve; "
-                        "sandbox: judge-tool executions/s, warm hardened pool vs a fresh interpreter per call")
+                        "sandbox: judge-tool executions/s, warm hardened pool vs a fresh interpreter per call; "
+                        "train: seconds per GRPO step, the embedded trainer vs TRL's GRPOTrainer, same model and "
+                        "batch (needs the dev extra's trl)")
     p.add_argument("--official-dir", help="ifeval: a checkout of the official instruction_following_eval, timed too")
     p.add_argument("--responses", help="ifeval: JSONL {prompt, response} (default: the GPT-4 responses in tests/data)")
     p.add_argument("--repeats", type=int, default=5, help="ifeval: timed runs after the first (default: 5)")
-    p.add_argument("--model", default="smollm2-135m", help="generate: the model (default: smollm2-135m)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="generate: per completion (default: 64)")
+    p.add_argument("--model", default="smollm2-135m", help="generate, train: the model (default: smollm2-135m)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="generate, train: per completion (default: 64)")
     p.add_argument("--no-server", action="store_true", help="generate: in process only")
 
     args = parser.parse_args(argv)
@@ -290,6 +292,11 @@ def _run(args) -> int:
         from ifcore.bench.official import bench_ifeval
 
         bench_ifeval(official_dir=args.official_dir, responses=args.responses, repeats=args.repeats)
+        return 0
+    if args.command == "bench" and args.what == "train":
+        from ifcore.bench.speed import train_speed
+
+        print(json.dumps(train_speed(args.model, max_new_tokens=args.max_new_tokens)))
         return 0
     if args.command == "bench" and args.what in ("verify", "rewards", "sandbox"):
         from ifcore.bench import speed

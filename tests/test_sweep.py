@@ -112,7 +112,7 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path):
     for kwargs, match in [({"workers": 0}, "workers"), ({"arms": ["ila", "binary"]}, "reward"),
                           ({"steps": 0}, "steps"), ({"seeds": [-1]}, "seed"),
                           ({"config": {"steps": 3}}, "steps"), ({"config": {"group_size": 1}}, "group_size"),
-                          ({"config": {"lr": "fast"}}, "lr"), ({"backend": "ray"}, "backend")]:
+                          ({"config": {"lr": "fast"}}, "lr"), ({"backend": "slurm"}, "backend")]:
         args = {"arms": ["ila"], "seeds": [0], "steps": 2, "runs_dir": runs_dir, "progress": False, **kwargs}
         with pytest.raises(ValueError, match=match):
             run_arms(**args)

@@ -256,3 +256,96 @@ def sandbox_speed(calls: int = 300, spawned_calls: int = 30, workers: int = 2) -
             "pool_per_second": round(pool_rate, 1), "spawned_per_second": round(spawned_rate, 1),
             "ratio": round(pool_rate / spawned_rate, 1), "spawned_bare_per_second": round(bare_rate, 1),
             "ratio_to_bare": round(pool_rate / bare_rate, 1)}
+
+
+def train_speed(model: str = "smollm2-135m", prompts: int = 2, group: int = 4, max_new_tokens: int = 64,
+                steps: int = 3, seed: int = 0) -> dict:
+    """`ifcore bench train`: wall seconds per GRPO step of the embedded trainer (ifcore.train.grpo.train) and of
+    trl's GRPOTrainer with ifcore.integrations.trl.reward_fn, in one run, on the same model, prompts (ifcore.synth
+    rows, the same chat prompt text), batch (prompts x group rollouts) and sequence lengths (max_new_tokens).
+
+    One step is one GRPO iteration as the embedded trainer takes it: sample the batch, score it, a reference
+    forward pass (KL 1e-3), then two optimizer steps on it (ppo_epochs 2), all sequences in one micro-batch. TRL
+    does the same with num_iterations 2, beta 1e-3, loss_type "grpo": two of its global steps, generation in the
+    first, timed from on_step_begin to on_step_end. The first step of each is a warm-up; the median of the next
+    `steps` is quoted, with the mean response lengths (sampling at temperature 1 differs between the two, so
+    lengths do too). Torch uses as many threads as the process has cores: run under `taskset -c 0` for one core.
+    Wall time (the embedded trainer logs its steps' wall time); `*_cpu_share` is each run's process CPU time over
+    its wall time (about the thread count on an idle machine, lower when other work took the cores): compare the
+    two figures only when the shares are close."""
+    import sys
+    import tempfile
+    from functools import partial
+    from pathlib import Path
+
+    import torch
+    import transformers
+    import trl
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    import ifcore.train  # noqa: F401 - registers `tiny`
+    from ifcore.infer.registry import resolve
+    from ifcore.integrations.trl import reward_fn
+    from ifcore.train.grpo import load_config, train
+    from ifcore.train.model import chat_prompt, think_gate
+
+    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(threads)
+    path = str(resolve(model))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    rows = synth.dataset(prompts * (steps + 1), seed)
+    epochs, kl, lr = 2, 1e-3, 1e-6  # the update's size does not change its time
+    with tempfile.TemporaryDirectory(prefix="ifcore-bench-train-") as tmp, contextlib.redirect_stdout(sys.stderr):
+        data = Path(tmp) / "train.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        cfg = load_config(None, model=path, train_data=str(data), test_data=str(data), output_dir=f"{tmp}/embedded",
+                          steps=steps + 1, seed=seed, prompts_per_step=prompts, group_size=group,
+                          max_new_tokens=max_new_tokens, ppo_epochs=epochs, kl_coef=kl, lr=lr, threads=threads,
+                          eval_prompts=1, eval_samples=1, eval_every=steps + 1, save_every=steps + 1)
+        clock = (time.perf_counter(), time.process_time())
+        metrics = train(cfg, progress=False)
+        shares = [(time.process_time() - clock[1]) / (time.perf_counter() - clock[0])]
+        embedded = [r for r in map(json.loads, metrics.read_text().splitlines()) if r["type"] == "train"][1:]
+
+        seconds = {}
+
+        class StepTimes(transformers.TrainerCallback):
+            def on_step_begin(self, args, state, control, **kwargs):
+                seconds[state.global_step + 1] = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                seconds[state.global_step] = time.perf_counter() - seconds[state.global_step]
+
+        # The embedded trainer's prompt text (think mode on) and reward settings, so both see the same tokens.
+        dataset = Dataset.from_list([{"prompt": chat_prompt(tokenizer, r["prompt"]), "label": r["label"]}
+                                     for r in rows])
+        reward = partial(reward_fn, kind=cfg.reward, alpha=cfg.alpha, think=think_gate(tokenizer, True),
+                         eos_token_ids=[tokenizer.eos_token_id])
+        args = trl.GRPOConfig(output_dir=f"{tmp}/trl", max_steps=(steps + 1) * epochs,
+                              per_device_train_batch_size=prompts * group, num_generations=group,
+                              max_completion_length=max_new_tokens, num_iterations=epochs, beta=kl,
+                              epsilon=cfg.clip_eps, loss_type="grpo", learning_rate=lr,
+                              max_grad_norm=cfg.max_grad_norm, temperature=1.0, top_p=1.0, shuffle_dataset=False,
+                              logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
+                              use_cpu=True, bf16=False, activation_checkpointing=False, seed=seed)
+        trainer = trl.GRPOTrainer(model=path, reward_funcs=reward, args=args, train_dataset=dataset,
+                                  processing_class=tokenizer, callbacks=[StepTimes()])
+        clock = (time.perf_counter(), time.process_time())
+        trainer.train()
+        shares.append((time.process_time() - clock[1]) / (time.perf_counter() - clock[0]))
+    per_step = [seconds[s] + seconds[s + 1] for s in range(1, (steps + 1) * epochs, epochs)][1:]
+    trl_lengths = [log["completions/mean_length"] for log in trainer.state.log_history
+                   if "completions/mean_length" in log][1:]
+    embedded_s = statistics.median(r["step_seconds"] for r in embedded)
+    trl_s = statistics.median(per_step)
+    return {"benchmark": "train", "model": model, "threads": threads, "prompts": prompts, "group_size": group,
+            "rollouts_per_step": prompts * group, "max_new_tokens": max_new_tokens, "ppo_epochs": epochs,
+            "steps_timed": steps, "trl_version": trl.__version__,
+            "embedded_seconds": [r["step_seconds"] for r in embedded],
+            "trl_seconds": [round(s, 3) for s in per_step],
+            "embedded_seconds_per_step": round(embedded_s, 3), "trl_seconds_per_step": round(trl_s, 3),
+            "trl_over_embedded": round(trl_s / embedded_s, 2),
+            "embedded_cpu_share": round(shares[0], 2), "trl_cpu_share": round(shares[1], 2),
+            "embedded_response_len": round(statistics.mean(r["response_len"] for r in embedded), 1),
+            "trl_response_len": round(statistics.mean(trl_lengths), 1)}

@@ -12,6 +12,17 @@ Children run in their own process groups. Interrupting the sweep (KeyboardInterr
 button) or any error in it stops them all (SIGTERM, then SIGKILL after GRACE_SECONDS); a child whose sweep was
 killed outright (a restarted kernel) stops at its next step. A failed run does not stop the others: the sweep
 finishes them, then raises with each failed run's log tail.
+
+backend="ray": each run is a job of the Ray cluster whose dashboard is at `address` (ifcore.run.ray_jobs; no ray
+package needed here), its entrypoint the same `python -m ifcore train --config RUN/run_config.json` run by the
+cluster's python with this process's IFCORE_* variables, so runs_dir (and the cache) must be on a filesystem the
+cluster sees. `workers` jobs are in flight at a time; their logs are appended to RUN/train.log as they arrive and
+progress is read from metrics.jsonl as for local runs. Interrupting the sweep or any error in it stops every job
+in flight through the job API; a job whose sweep was killed outright keeps running on the cluster.
+backend="openrlhf": the same, the entrypoint OpenRLHF's trainer on the run's TrainConfig (ifcore.run.openrlhf,
+the job's files in RUN/openrlhf/); after the job, metrics.jsonl is written from its curves (ifcore.run.curves) when
+it wrote none, so load_metrics and every figure work unchanged. Such a run is never "reused" (its checkpoints are
+OpenRLHF's, which resumes it itself with --ckpt.load_enable).
 """
 from __future__ import annotations
 
@@ -19,6 +30,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,8 +41,9 @@ from pathlib import Path
 
 from ifcore.jsonl import iter_jsonl, read_jsonl
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "ray", "openrlhf")
 GRACE_SECONDS = 10  # between SIGTERM and SIGKILL when a sweep stops its children
+POLL_SECONDS = 2.0  # between two looks at the Ray jobs in flight (backend "ray")
 PER_RUN = ("reward", "seed", "steps", "output_dir")  # set by run_arms' arguments, not by `config`
 ARM_NAME = re.compile(r"[A-Za-z0-9_.+]+")  # the first part of a run folder's name, before "-seed<N>-<key>"
 
@@ -55,7 +68,7 @@ def _steps_done(path: Path) -> int:
 
 
 def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | None = None,
-             workers: int = 2, backend: str = "local", progress: bool = True):
+             workers: int = 2, backend: str = "local", progress: bool = True, address: str | None = None):
     """Train every (arm, seed) whose run is not finished; returns a DataFrame, one row per run in (arm, seed) order.
 
     An arm is a reward kind (the arm of that name trains with that reward), or a (name, overrides) pair: TrainConfig
@@ -70,13 +83,19 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
     `config` holds TrainConfig fields shared by all runs (model size as `warm_start`, group size, learning rate,
     ...); everything is validated before any run starts. The default dataset and warm-started policy are built
     first, in this process, so that the workers never race to build them. `progress`: one bar over every run's
-    steps (a text bar, redrawn in JupyterLab and kept by papermill) and a line per finished run.
+    steps (a text bar, redrawn in JupyterLab and kept by papermill) and a line per finished run. `backend`: "local"
+    (child processes here), "ray" or "openrlhf" (jobs of the cluster whose dashboard is at `address`, default
+    $RAY_ADDRESS or http://127.0.0.1:8265; see the module's docstring).
     """
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r}: this workspace trains with {BACKENDS} so far "
-                         "(the OpenRLHF cluster backend is on the road map, not built)")
+        raise ValueError(f"backend {backend!r}: this workspace trains with {BACKENDS}")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"workers: must be an integer >= 1, got {workers!r}")
+    if backend in ("ray", "openrlhf"):  # no cluster there: said now, before the default assets are built
+        from ifcore.run import ray_jobs
+
+        address = ray_jobs.dashboard(address)
+        ray_jobs.version(address)
     import pandas as pd
     from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
 
@@ -133,6 +152,8 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
                disable=not progress, dynamic_ncols=True)
     t0 = time.time()
     try:
+        if backend in ("ray", "openrlhf"):  # takes every pending run: the local loop below then has nothing to do
+            _ray_jobs(backend, pending, runs, steps, workers, address, bar, failed, progress, t0)
         while pending or running:
             while pending and len(running) < workers:
                 run = pending.pop(0)
@@ -187,6 +208,88 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
     print(f"{runs_dir}: {len(runs)} runs of {steps} steps done in {time.time() - t0:.0f}s; reused: "
           f"{counts['reused']}, resumed: {counts['resumed']}, trained from scratch: {counts['trained']}", flush=True)
     return pd.DataFrame([{k: r[k] for k in ("arm", "seed", "status", "from_step", "path", "key")} for r in runs])
+
+
+def _ray_jobs(backend: str, pending: list, runs: list, steps: int, workers: int, address: str, bar, failed: list,
+              progress: bool, t0: float) -> None:
+    """run_arms' loop for backends "ray" and "openrlhf": takes every pending run, appends each failed run's report
+    to `failed`."""
+    from ifcore.run import ray_jobs
+
+    # The job trains what it would train here: same cache (the default policy and data built above), same settings.
+    runtime_env = {"env_vars": {k: v for k, v in os.environ.items() if k.startswith("IFCORE_")}}
+    running: list[list] = []  # [job id, run, characters of its logs already in train.log]
+
+    def copy_logs(entry: list) -> None:
+        text = ray_jobs.logs(address, entry[0])
+        with open(entry[1]["path"] / "train.log", "a") as log:
+            log.write(text[entry[2]:])
+        entry[2] = max(entry[2], len(text))
+
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                run = pending.pop(0)
+                run["path"].mkdir(parents=True, exist_ok=True)
+                (run["path"] / "run_config.json").write_text(json.dumps(asdict(run["cfg"]), indent=1))
+                (run["path"] / "sweep.json").write_text(json.dumps({"arm": run["arm"], "seed": run["seed"]}))
+                entrypoint = shlex.join(["python", "-m", "ifcore", "train", "--config",
+                                         str(run["path"] / "run_config.json")])
+                job_env = runtime_env
+                if backend == "openrlhf":  # the same TrainConfig as an OpenRLHF command (ifcore.run.openrlhf)
+                    from ifcore.run import openrlhf
+
+                    files = openrlhf.job_files(asdict(run["cfg"]), run["path"])
+                    spec = openrlhf.job_spec(files.pop("cfg"), str(run["path"]), **files)
+                    entrypoint = spec["entrypoint"]
+                    job_env = {**spec["runtime_env"],
+                               "env_vars": {**runtime_env["env_vars"], **spec["runtime_env"]["env_vars"]}}
+                job = ray_jobs.submit(address, entrypoint, job_env, metadata={"ifcore_run": run["path"]})
+                with open(run["path"] / "train.log", "a") as log:
+                    log.write(f"$ ray job {job} at {address}: {entrypoint}\n")
+                running.append([job, run, 0])
+            time.sleep(POLL_SECONDS)
+            for entry in list(running):
+                job, run, _ = entry
+                details = ray_jobs.status(address, job)  # before the logs: a finished job's logs are then complete
+                copy_logs(entry)
+                if details["status"] not in ray_jobs.TERMINAL:
+                    continue
+                running.remove(entry)
+                metrics = run["path"] / "metrics.jsonl"
+                if backend == "openrlhf" and details["status"] == "SUCCEEDED" and not (
+                        metrics.is_file() and metrics.stat().st_size):  # OpenRLHF's curves, in the trainer's schema
+                    from ifcore.run.curves import read_curves
+
+                    metrics.write_text("".join(json.dumps(row) + "\n" for row in read_curves(run["path"])))
+                if details["status"] == "SUCCEEDED" and (finished(run["path"], run["key"], steps) if backend == "ray"
+                                                         else _steps_done(run["path"]) >= steps):
+                    run["done"] = steps
+                    if progress:
+                        bar.write(f"{run['path'].name}: done ({time.time() - t0:.0f}s since the sweep started)")
+                else:
+                    lines = [x for x in (run["path"] / "train.log").read_text(errors="replace").splitlines()
+                             if x.strip()]
+                    failed.append(f"{run['path']} (ray job {job} {details['status']}: {details.get('message')}); "
+                                  "the end of its train.log:\n" + "\n".join("    " + x for x in lines[-20:]))
+            for _, run, _ in running:
+                run["done"] = _steps_done(run["path"])
+            bar.update(sum(r["done"] for r in runs) - bar.n)
+    finally:
+        for job, _, _ in running:
+            with contextlib.suppress(Exception):  # already ended, or the cluster is gone: nothing left to stop
+                ray_jobs.stop(address, job)
+        deadline = time.monotonic() + GRACE_SECONDS
+        for entry in running:
+            with contextlib.suppress(Exception):
+                while (ray_jobs.status(address, entry[0])["status"] not in ray_jobs.TERMINAL
+                       and time.monotonic() < deadline):
+                    time.sleep(0.5)
+                copy_logs(entry)
+        if running:
+            stopped = ", ".join(f"{job} ({run['path'].name})" for job, run, _ in running)
+            print(f"sweep stopped: {len(running)} unfinished ray jobs stopped ({stopped}); rerun to resume them",
+                  flush=True)
 
 
 def _arm_seed(path: Path) -> tuple[str, int]:

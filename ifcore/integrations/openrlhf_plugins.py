@@ -1,0 +1,333 @@
+"""RTT token advantages, RAIF's superior-CoT filter and RAIF's behaviour cloning inside OpenRLHF 0.11.2's Ray workers.
+
+How it is loaded: OpenRLHF runs its trainer, policy and vLLM actors in Ray worker processes, which import
+OpenRLHF afresh, so patching classes in the job's entrypoint would miss them. Ray runs a job's
+`worker_process_setup_hook` in every worker before any actor code; `install` is that hook:
+
+    ray job submit --address http://HEAD:8265 --runtime-env-json '{"worker_process_setup_hook":
+        "ifcore.integrations.openrlhf_plugins.install", "env_vars": {"IFCORE_RTT_BETA": "0.5"}}' \
+        -- python3 -m openrlhf.cli.train_ppo_ray ...
+
+`install` reads the environment and replaces, for each feature that is on, one method of an OpenRLHF class with a
+wrapper that calls the original (`method.__wrapped__` is the original; nothing is patched when every variable is
+unset, so the unpatched path is OpenRLHF's own):
+
+- IFCORE_RTT_BETA=b (> 0): RemoteExperienceMaker.compute_advantages_and_returns runs OpenRLHF's, then adds
+  b x A_tok (RTT eq. 7, intra-sample token normalization: ifcore.advantages.token_rtt) to each response's answer
+  tokens. Needs --algo.advantage.estimator group_norm. The relevance p comes from IFCORE_RTT_RELEVANCE:
+  "verifier" (default) -- the verifier's evidence spans through RTT's taxonomy (ifcore.rtt_labels), exact for
+  schema constraints and 0 for judged ones -- or "module:function", a callable(criteria texts, response token ids)
+  -> one array of p per response token (the signature of ifcore.train.rtt.Discriminator.relevance), run in the
+  trainer actor (a CPU process in 0.11.2: a large discriminator is slow there). Why not from the reward function:
+  OpenRLHF keeps one float per `extra_logs` key and sample (samples_generator: `value.flatten()[0].item()`), so
+  token spans cannot pass through it; the verdicts are recomputed here from the decoded response and its label.
+- IFCORE_RAIF_NOTHINK=k (>= 1): the last k rollouts of each training group are sampled with RAIF's empty think
+  block (IFCORE_RAIF_NOTHINK_SUFFIX, default "<think>\\n\\n</think>\\n") appended to the prompt, and a group is kept
+  iff max R_accuracy of its CoT rollouts >= min R_accuracy of its no-think ones (RAIF eq. 7,
+  ifcore.advantages.superior_cot_keep; R_accuracy, eq. 5, from the reward function's ila / cla / format_fail logs).
+  A dropped group gets the score -inf, so OpenRLHF's dynamic filter drops it and draws a replacement prompt: needs
+  --algo.dynamic_filtering_enable (a --algo.dynamic_filtering_range wider than [0, 1], e.g. `-0.01 1.01`, leaves
+  the decision to RAIF alone). Evaluation rollouts are never paired.
+- IFCORE_BC_COEF=c (> 0) with IFCORE_BC_DATA=JSONL of {prompt, response}: RAIF eq. 8's behaviour cloning. 0.11
+  removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward, the NLL
+  being the token mean over IFCORE_BC_BATCH (default 4) expert responses per micro-batch, scored by the policy's own
+  forward; `prompt` is the model's input text as is (chat template applied), `response` the target text (with its
+  end-of-turn text). Logged as bc_loss.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+from functools import wraps
+
+import numpy as np
+import torch
+
+from ifcore.advantages import superior_cot_keep, token_rtt
+from ifcore.integrations import load_constraints, settings
+from ifcore.rewards import score_response
+from ifcore.rtt_labels import relevant_spans, token_labels
+
+NOTHINK_SUFFIX = "<think>\n\n</think>\n"  # RAIF's empty think block (ifcore.train.sft.NOTHINK_PREFIX)
+THINK_CLOSE = "</think>"
+
+
+def _env_float(name: str) -> float | None:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {raw!r}")
+    return value
+
+
+def _patch(cls, name: str, make):
+    """cls.name = make(original), once: a second install in the same process (the hook, then a test) keeps it."""
+    original = getattr(cls, name)
+    if getattr(original, "_ifcore", False):
+        return
+    wrapper = wraps(original)(make(original))
+    wrapper._ifcore = True
+    setattr(cls, name, wrapper)
+
+
+def install() -> list[str]:
+    """Ray's worker_process_setup_hook: patch the OpenRLHF classes of the features the environment turns on.
+    Returns the patched methods' names (empty when every IFCORE_RTT_/RAIF_/BC_ variable is unset)."""
+    patched = []
+    beta = _env_float("IFCORE_RTT_BETA")
+    if beta:
+        from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+
+        relevance_fn = _relevance_fn(os.environ.get("IFCORE_RTT_RELEVANCE") or "verifier")
+        _patch(RemoteExperienceMaker, "compute_advantages_and_returns",
+               lambda original: lambda self, experiences: add_rtt(
+                   self, original(self, experiences), beta, relevance_fn))
+        patched.append("RemoteExperienceMaker.compute_advantages_and_returns")
+    nothink = os.environ.get("IFCORE_RAIF_NOTHINK")
+    if nothink:
+        if not nothink.isdigit() or int(nothink) < 1:
+            raise ValueError(f"IFCORE_RAIF_NOTHINK must be a positive integer (no-think rollouts per group), "
+                             f"got {nothink!r}")
+        from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+        suffix = os.environ.get("IFCORE_RAIF_NOTHINK_SUFFIX", NOTHINK_SUFFIX)
+        _patch(SamplesGenerator, "_generate_vllm", lambda original: _paired_generate(original, int(nothink), suffix))
+        patched.append("SamplesGenerator._generate_vllm")
+    coef = _env_float("IFCORE_BC_COEF")
+    if coef:
+        path = os.environ.get("IFCORE_BC_DATA")
+        if not path or not os.path.isfile(path):
+            raise ValueError(f"IFCORE_BC_COEF needs IFCORE_BC_DATA, a JSONL file of {{prompt, response}} expert "
+                             f"pairs; got {path!r}")
+        batch = os.environ.get("IFCORE_BC_BATCH", "4")
+        if not batch.isdigit() or int(batch) < 1:
+            raise ValueError(f"IFCORE_BC_BATCH must be a positive integer, got {batch!r}")
+        from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+        experts = read_experts(path)
+        _patch(ActorPPOTrainer, "training_step", lambda original: _bc_training_step(original, coef, experts,
+                                                                                     int(batch)))
+        patched.append("ActorPPOTrainer.training_step")
+    return patched
+
+
+# ---- RTT: token advantages on top of OpenRLHF's group_norm ------------------------------------------------------
+
+def _relevance_fn(spec: str):
+    if spec == "verifier":
+        return None
+    module, _, name = spec.partition(":")
+    if not name:
+        raise ValueError(f"IFCORE_RTT_RELEVANCE must be 'verifier' or 'module:function', got {spec!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def criteria_text(c) -> str:
+    """A constraint as a discriminator reads it: its wording, else its schema JSON (as ifcore.train.rtt)."""
+    return c.text or json.dumps({k: v for k, v in c.to_dict().items() if k not in ("id", "category")})
+
+
+def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_fn=None, where: str = "sample"):
+    """(scored, p, satisfied) of one response: the indices into `ids` of its answer tokens (after the last
+    </think>, before the first special token: the tokens ifcore.train.rtt.answer_tokens scores), p [len(scored), C]
+    and the verifier's verdicts. p is the verifier's relevance (RTT app. C.3: evidence spans mapped to tokens by
+    the tokenizer's offsets), or relevance_fn's. A response whose text does not re-tokenize to `ids` gets no scored
+    token (A_tok = 0: OpenRLHF's advantage alone)."""
+    constraints = load_constraints(label, f"label of {where}")
+    special = set(tokenizer.all_special_ids)
+    k = next((t for t, i in enumerate(ids) if i in special), len(ids))
+    text = tokenizer.decode(ids[:k], skip_special_tokens=False)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    # No end-of-turn token: cut at the length limit, gated to 0 as the reward function gates it.
+    result = score_response(text, constraints, think=opts["think"], truncated=k == len(ids), budget_s=opts["budget_s"],
+                            max_response_chars=opts["max_response_chars"])
+    if list(enc["input_ids"]) != list(ids[:k]):
+        return [], np.zeros((0, len(constraints))), result["satisfied"]
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    close = text.rfind(THINK_CLOSE)
+    start = close + len(THINK_CLOSE) if close >= 0 else 0
+    scored = [t for t, (a, _) in enumerate(offsets) if a >= start]
+    if relevance_fn is not None:
+        probs = relevance_fn([criteria_text(c) for c in constraints], [list(ids)] * len(constraints))
+        p = np.stack([np.asarray(x, dtype=float)[scored] for x in probs], axis=1) if constraints else None
+    else:
+        cols = []
+        for c, v in zip(constraints, result["verdicts"]):
+            spans = [(a + result["offset"], b + result["offset"]) for a, b in relevant_spans(c, v)] if v else []
+            cols.append(np.asarray(token_labels(spans, offsets), dtype=float)[scored])
+        p = np.stack(cols, axis=1)
+    return scored, p.reshape(len(scored), len(constraints)), result["satisfied"]
+
+
+@torch.no_grad()
+def add_rtt(maker, experiences, beta: float, relevance_fn=None):
+    """RTT-GRPO (eq. 7) on OpenRLHF's experiences: advantages (alpha = 1: OpenRLHF's group_norm advantage on every
+    action token) + beta x A_tok on each response's scored answer tokens, A_tok from ifcore.advantages.token_rtt
+    over the prompt's group (the samples whose `index` // n_samples_per_prompt agree, OpenRLHF's grouping)."""
+    args = maker.strategy.args
+    if args.algo.advantage.estimator != "group_norm":
+        raise ValueError(f"IFCORE_RTT_BETA: RTT adds token advantages to group_norm's, but "
+                         f"--algo.advantage.estimator is {args.algo.advantage.estimator!r}")
+    n = args.rollout.n_samples_per_prompt
+    opts = settings(judge=_NO_JUDGE)
+    rows = {i: (e, j) for e in experiences for j, i in enumerate(e.index)}
+    for g in range(len(rows) // n):
+        members = [rows[i] for i in range(g * n, (g + 1) * n)]
+        got = []
+        for e, j in members:
+            mask = e.action_mask[j].bool()
+            positions = torch.nonzero(mask).flatten()
+            ids = e.sequences[j, 1:1 + mask.shape[0]][mask].tolist()  # action_mask[t] marks sequences[t + 1]
+            scored, p, sat = response_relevance(maker.tokenizer, ids, e.labels[j], opts, relevance_fn,
+                                                f"sample {g * n + len(got)}")
+            got.append((positions[scored], p, sat))
+        width = max(len(sat) for _, _, sat in got)
+        if any(len(sat) != width for _, _, sat in got):
+            raise ValueError(f"IFCORE_RTT_BETA: the samples of group {g} have labels with different constraint "
+                             "counts; a group answers one prompt")
+        a_tok = token_rtt([p for _, p, _ in got], [sat for _, _, sat in got], np.zeros(n), alpha=0.0, beta=beta)
+        for (e, j), (pos, _, _), a in zip(members, got, a_tok):
+            e.advantages[j, pos] += torch.from_numpy(a).to(e.advantages.dtype)
+    return experiences
+
+
+def _NO_JUDGE(prompt, text, answer, targets):
+    # Judged constraints give no spans, so no relevance: asking the judge again here would change nothing.
+    return {"satisfied": None, "error": "not judged again for RTT relevance"}
+
+
+# ---- RAIF: paired no-think rollouts and the superior-CoT filter ---------------------------------------------------
+
+def raif_accuracy(extra_logs: dict) -> float:
+    """RAIF eq. 5's R_accuracy of one rollout from the reward function's logs: +2 when every constraint holds,
+    the followed fraction when some do, -2 when none do or the format fails (or the reward function failed)."""
+    if not extra_logs or float(extra_logs.get("format_fail", 1.0)) >= 0.5:
+        return -2.0
+    if float(extra_logs["ila"]) >= 0.5:
+        return 2.0
+    cla = float(extra_logs["cla"])
+    return cla if cla > 0 else -2.0
+
+
+def superior_cot_group(think: list[dict], nothink: list[dict]) -> list[dict]:
+    """One prompt's rollouts (CoT ones first, as OpenRLHF's executor returns them), with every score set to -inf
+    when RAIF eq. 7 drops the group, so that the dynamic filter drops it and draws a replacement prompt."""
+    keep = superior_cot_keep([raif_accuracy(r.get("extra_logs")) for r in think],
+                             [raif_accuracy(r.get("extra_logs")) for r in nothink])
+    out = think + nothink
+    if not keep:
+        for r in out:
+            r["scores"] = -math.inf
+    return out
+
+
+class _PairedEngine:
+    """A vLLM engine handle whose generate_responses samples the group's last `nothink` rollouts with the no-think
+    suffix and returns one object ref of the whole group, the superior-CoT test applied (a Ray task)."""
+
+    def __init__(self, engine, nothink: int, suffix: str, combine):
+        self.engine, self.nothink, self.suffix, self.combine = engine, nothink, suffix, combine
+        self.generate_responses = self  # engine.generate_responses.remote(...) -> self.remote(...)
+
+    def __getattr__(self, name):  # get_num_unfinished_requests and the rest: the engine's
+        if name == "engine":
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+    def remote(self, *, prompt, num_samples, **kwargs):
+        if num_samples <= self.nothink:
+            raise ValueError(f"IFCORE_RAIF_NOTHINK={self.nothink} leaves no CoT rollout in a group of {num_samples}")
+        think = self.engine.generate_responses.remote(prompt=prompt, num_samples=num_samples - self.nothink, **kwargs)
+        plain = self.engine.generate_responses.remote(prompt=prompt + self.suffix, num_samples=self.nothink, **kwargs)
+        return self.combine.remote(think, plain)
+
+
+def _paired_generate(original, nothink: int, suffix: str):
+    import ray
+
+    combine = ray.remote(num_cpus=0)(superior_cot_group)
+
+    def _generate_vllm(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
+        if not self.args.algo.dynamic_filtering_enable:
+            raise ValueError("IFCORE_RAIF_NOTHINK: the superior-CoT filter drops groups through OpenRLHF's dynamic "
+                             "filter; add --algo.dynamic_filtering_enable")
+        if not dynamic_filtering:  # evaluation: plain rollouts
+            return original(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+        engines = self.vllm_engines
+        self.vllm_engines = [_PairedEngine(e, nothink, suffix, combine) for e in engines]
+        try:
+            return original(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+        finally:
+            self.vllm_engines = engines
+
+    return _generate_vllm
+
+
+# ---- RAIF: behaviour cloning (eq. 8) -------------------------------------------------------------------------------
+
+def read_experts(path: str) -> list[dict]:
+    from ifcore.jsonl import JsonlError, iter_jsonl
+
+    with open(path, "rb") as f:
+        rows = [row for _, row, _ in iter_jsonl(f, required=("prompt", "response"))]
+    for n, row in enumerate(rows, 1):
+        if not (isinstance(row["prompt"], str) and isinstance(row["response"], str) and row["response"]):
+            raise JsonlError(f"{path}: row {n}: prompt and response must be strings, response non-empty")
+    if not rows:
+        raise JsonlError(f"{path}: no expert pairs")
+    return rows
+
+
+def expert_batch(tokenizer, pairs: list[dict]):
+    """(sequences, attention_mask, action_mask) in OpenRLHF's layout: prompt + response ids right-padded, and
+    action_mask[t] marking sequences[t + 1] as a response token (the expert's tokens are the targets)."""
+    rows = []
+    for pair in pairs:
+        p = tokenizer(pair["prompt"], add_special_tokens=False)["input_ids"]
+        r = tokenizer(pair["response"], add_special_tokens=False)["input_ids"]
+        rows.append((list(p) + list(r), len(p)))
+    width = max(len(ids) for ids, _ in rows)
+    seqs = torch.full((len(rows), width), tokenizer.pad_token_id or 0, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    action = torch.zeros((len(rows), width - 1), dtype=torch.bool)
+    for i, (ids, n_prompt) in enumerate(rows):
+        seqs[i, :len(ids)] = torch.tensor(ids)
+        attention[i, :len(ids)] = 1
+        action[i, max(n_prompt - 1, 0):len(ids) - 1] = True
+    return seqs, attention, action
+
+
+def _bc_training_step(original, coef: float, experts: list[dict], batch: int):
+    def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
+        # A draw per micro-batch from (--train.seed, call number): the same experts on a rerun, and on every rank.
+        self._ifcore_bc_calls = getattr(self, "_ifcore_bc_calls", 0) + 1
+        seed = self.args.train.seed
+        pick = np.random.default_rng([seed, self._ifcore_bc_calls]).choice(len(experts), min(batch, len(experts)),
+                                                                           replace=False)
+        device = experience.sequences.device
+        seqs, attention, action = (t.to(device) for t in expert_batch(self.tokenizer, [experts[k] for k in pick]))
+        backward, bc = self.strategy.backward, {}
+
+        def backward_with_bc(loss, model, optimizer, *a, **kw):
+            # the policy's own log-probs of the expert tokens (a ring-attention group reads the same draw)
+            logp = model(seqs, action, attention_mask=attention, ring_attn_group=self.strategy.ring_attn_group)
+            bc["nll"] = -(logp.float() * action).sum() / action.sum()
+            return backward(loss + coef * bc["nll"], model, optimizer, *a, **kw)
+
+        self.strategy.backward = backward_with_bc
+        try:
+            status = original(self, experience, kl_ctl, step, loss_batch_info)
+        finally:
+            self.strategy.backward = backward
+        status["metrics"]["bc_loss"] = bc["nll"].detach()
+        status["weights"]["bc_loss"] = "sample"
+        return status
+
+    return training_step

@@ -1,0 +1,321 @@
+"""The OpenRLHF 0.11.2 job that trains what `ifcore train` trains with the same TrainConfig.
+
+`job_files(cfg, run_dir)` writes the job's data (the embedded trainer's own rollout prompts) and returns the
+keyword arguments of `job_spec`. `command(cfg, run_dir, model=..., prompt_data=...)` is the `python3 -m
+openrlhf.cli.train_ppo_ray ...` argv (a list of strings); `reward_env(cfg)` the environment the reward module and
+the plug-ins read (IFCORE_REWARD, IFCORE_THINK, IFCORE_ALPHA; IFCORE_RTT_*, IFCORE_RAIF_NOTHINK, IFCORE_BC_* for
+RTT/RAIF); `job_spec(...)` both as a Ray job: the entrypoint string and its runtime_env (working_dir, env_vars,
+the plug-ins' worker_process_setup_hook). Every command is checked against the pinned release's own argument
+parser and checks (`check_flags`: the wheel's train_ppo_ray.py run up to `train(args)`), so a renamed flag fails
+here, not on the cluster. `evaluate_checkpoint` scores a saved HF checkpoint with `ifcore eval`.
+
+TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
+
+| TrainConfig | OpenRLHF 0.11.2 |
+| --- | --- |
+| reward, alpha, think | env IFCORE_REWARD, IFCORE_ALPHA, IFCORE_THINK (`raif` for reward raif, else `auto`) of ifcore/integrations/openrlhf_reward.py, given as `--reward.remote_url` |
+| group_size | `--rollout.n_samples_per_prompt`, `--algo.advantage.estimator group_norm` |
+| prompts_per_step | `--rollout.batch_size`; `--train.batch_size` = prompts_per_step x group_size (one optimizer step per epoch, as the embedded trainer) |
+| ppo_epochs | `--train.max_epochs` |
+| micro_batch | `--train.micro_batch_size`, `--rollout.micro_batch_size` (at most the step's rollouts per GPU) |
+| steps | `--data.max_samples` x `--train.num_episodes` = steps x prompts_per_step (exactly `steps` global steps) |
+| lr, weight_decay, max_grad_norm | `--actor.adam.lr`, `--actor.adam.weight_decay`, `--actor.max_norm`; constant schedule, no warmup |
+| clip_eps | `--actor.eps_clip`; loss `seq-mean-token-mean` (each response's tokens averaged, then the responses) |
+| kl_coef | `--algo.kl.use_loss --algo.kl.estimator k3 --algo.kl.init_coef` |
+| max_new_tokens | `--rollout.max_new_tokens`; `--data.max_len` = max_prompt_len + max_new_tokens |
+| temperature, top_p | `--rollout.temperature`, `--rollout.top_p` (and `--eval.temperature`) |
+| seed | `--train.seed` |
+| eval_every, eval_samples | `--eval.steps`, `--eval.n_samples_per_prompt` (with eval_data) |
+| save_every | `--ckpt.save_steps`, `--ckpt.save_hf`, `--ckpt.load_enable` (a rerun resumes) |
+| lora_r, lora_alpha, lora_targets | `--ds.lora.rank`, `--ds.lora.alpha`, `--ds.lora.target_modules` |
+| token_advantages rtt, rtt_beta | IFCORE_RTT_BETA of ifcore/integrations/openrlhf_plugins.py (worker_process_setup_hook); rtt_discriminator -> IFCORE_RTT_RELEVANCE given as rtt_relevance; rtt_inter, uniform, random, rtt_alpha != 1 refused by name |
+| superior_cot group, nothink_share | IFCORE_RAIF_NOTHINK = round(nothink_share x group_size), `--algo.dynamic_filtering_enable --algo.dynamic_filtering_range -0.01 1.01` (OpenRLHF refills dropped groups until the batch is full: refill_rounds has no limit there); reference, or nothink_share without group, refused |
+| bc_coef, bc_data, bc_batch | IFCORE_BC_COEF, IFCORE_BC_DATA (a file the cluster sees; required), IFCORE_BC_BATCH (per micro-batch) |
+| threads, generate_batch, warm_start, eval_prompts, output_dir | the embedded trainer's own (CPU threads, chunking, the default policy, the eval file's length, run_dir) |
+
+Entropy is logged with `--actor.entropy_coef 0` (logged, not in the loss). TensorBoard goes to
+RUN/tensorboard/<run name> (ifcore.run.curves reads it back), HF checkpoints to RUN/checkpoints, the final model
+to RUN/model.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import io
+import json
+import shlex
+import subprocess
+import sys
+import zipfile
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+WHEELS = REPO / ".cache" / "openrlhf-0.11.2"
+REWARD_MODULE = "ifcore/integrations/openrlhf_reward.py"  # relative to the job's working_dir (the repository)
+PLUGINS_HOOK = "ifcore.integrations.openrlhf_plugins.install"  # Ray's worker_process_setup_hook
+
+
+def plugin_env(cfg: dict, rtt_relevance: str | None = None) -> dict[str, str]:
+    """The variables of ifcore/integrations/openrlhf_plugins.py for the RTT and RAIF options `cfg` turns on; a
+    ValueError naming the first option the plug-ins cannot honour as the embedded trainer does. rtt_relevance:
+    the plug-ins' IFCORE_RTT_RELEVANCE ("verifier", or "module:function" computing a discriminator's relevance),
+    which stands in for cfg's rtt_discriminator folder."""
+    env = {}
+    if cfg["token_advantages"] != "broadcast":
+        if cfg["token_advantages"] != "rtt":
+            raise ValueError(f"token_advantages: {cfg['token_advantages']!r} has no OpenRLHF counterpart yet (the "
+                             "plug-ins add RTT's intra-sample token advantages only)")
+        if cfg["rtt_alpha"] != 1.0:
+            raise ValueError(f"rtt_alpha: {cfg['rtt_alpha']} has no OpenRLHF counterpart (the plug-ins add "
+                             "beta x A_tok to group_norm's advantages: alpha 1)")
+        if rtt_relevance is None:
+            raise ValueError("rtt_discriminator: a discriminator folder has no OpenRLHF counterpart; pass "
+                             "rtt_relevance ('verifier' or 'module:function', IFCORE_RTT_RELEVANCE)")
+        env |= {"IFCORE_RTT_BETA": repr(float(cfg["rtt_beta"])), "IFCORE_RTT_RELEVANCE": rtt_relevance}
+    if cfg["superior_cot"] == "reference":
+        raise ValueError("superior_cot: 'reference' has no OpenRLHF counterpart yet (the plug-ins compare CoT with "
+                         "no-think rollouts: 'group')")
+    if cfg["nothink_share"] and cfg["superior_cot"] != "group":
+        raise ValueError("nothink_share: paired no-think rollouts without superior_cot 'group' have no OpenRLHF "
+                         "counterpart yet (the plug-ins pair them only to filter groups)")
+    if cfg["superior_cot"] == "group":
+        env["IFCORE_RAIF_NOTHINK"] = str(round(cfg["nothink_share"] * cfg["group_size"]))
+    if cfg["bc_coef"]:
+        if cfg["bc_data"] is None:
+            raise ValueError("bc_data: the default expert responses live in this machine's cache; give a JSONL of "
+                             "{prompt, response} the cluster sees (prompt: the model's input text as is)")
+        env |= {"IFCORE_BC_COEF": repr(float(cfg["bc_coef"])), "IFCORE_BC_DATA": cfg["bc_data"],
+                "IFCORE_BC_BATCH": str(cfg["bc_batch"])}
+    return env
+
+
+def reward_env(cfg: dict, rtt_relevance: str | None = None, think_gate: str | None = None) -> dict[str, str]:
+    """The environment of the job's workers: the reward module's settings and the plug-ins' (plugin_env).
+    think_gate: the embedded trainer's gate for this model (job_files reads it from the tokenizer); default raif
+    for reward raif, else none with think false, else auto."""
+    gate = think_gate or ("raif" if cfg["reward"] == "raif" else "auto" if cfg["think"] else "none")
+    return {"IFCORE_REWARD": cfg["reward"], "IFCORE_THINK": gate, "IFCORE_ALPHA": repr(float(cfg["alpha"])),
+            **plugin_env(cfg, rtt_relevance)}
+
+
+def _episodes(steps: int, per_step: int, rows: int) -> tuple[int, int]:
+    """(max_samples, num_episodes) with max_samples x num_episodes = steps x per_step and max_samples a multiple of
+    per_step within the file's rows: OpenRLHF then runs exactly `steps` global steps (it has no step limit)."""
+    for episodes in range(1, steps + 1):
+        if steps % episodes == 0 and steps // episodes * per_step <= rows:
+            return steps // episodes * per_step, episodes
+    raise ValueError(f"prompts_per_step: {per_step} prompts per step, but the prompt file has only {rows} rows")
+
+
+def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: str, eval_data: str | None = None,
+            n_prompts: int | None = None, max_prompt_len: int = 1024, chat_template: bool = True,
+            gpus_per_node: int = 8, nodes: int = 1, vllm_engines: int | None = None, vllm_tp: int = 1,
+            run_name: str | None = None, rtt_relevance: str | None = None, extra: list[str] = ()) -> list[str]:
+    """The `python3 -m openrlhf.cli.train_ppo_ray` argv training what `ifcore train` trains with TrainConfig `cfg`
+    (a dict, e.g. dataclasses.asdict), checked by the pinned release's parser (ValueError naming a bad flag).
+
+    model: an HF checkpoint folder or hub id (default: cfg["model"]; the embedded default policy has none: pass
+    grpo.resolve_paths(cfg)["model"]). prompt_data / eval_data: JSONL {prompt, label} files the cluster sees;
+    n_prompts: prompt_data's row count (read from the file when None). chat_template: the prompts are instructions
+    that OpenRLHF wraps in the model's chat template; False: they are already the rollout prompts (RAIF's CoT
+    prompt, or think false: ifcore.train.grpo._prompt wrote them). Raises ValueError naming a field with no
+    OpenRLHF counterpart.
+    """
+    model = model or cfg.get("model")
+    if not model:
+        raise ValueError("model: the embedded default policy has no path in the config; pass model= "
+                         "(ifcore.train.grpo.resolve_paths(cfg)['model'])")
+    if chat_template and cfg["reward"] == "raif":
+        raise ValueError("reward: raif rolls out with RAIF's CoT prompt, not the chat template's: write the prompts "
+                         "formatted (ifcore.train.grpo._prompt) and pass chat_template=False")
+    if chat_template and not cfg["think"]:
+        raise ValueError("think: false needs the template's empty think block, which OpenRLHF's chat templating "
+                         "cannot ask for: write the prompts formatted and pass chat_template=False")
+    if cfg["lora_r"] and cfg["lora_alpha"] != int(cfg["lora_alpha"]):
+        raise ValueError(f"lora_alpha: OpenRLHF takes an integer, got {cfg['lora_alpha']}")
+    plugins = plugin_env(cfg, rtt_relevance)
+    if n_prompts is None:
+        with open(prompt_data, "rb") as f:
+            n_prompts = sum(1 for line in f if line.strip())
+    max_samples, episodes = _episodes(cfg["steps"], cfg["prompts_per_step"], n_prompts)
+    run = Path(run_dir)
+    gpus = nodes * gpus_per_node
+    engines = vllm_engines or max(1, gpus // vllm_tp)
+    if engines * vllm_tp != gpus:  # train_ppo_ray.train()'s check for colocated models
+        raise ValueError(f"vllm_engines: {engines} engines x tensor parallel {vllm_tp} must equal the {gpus} GPUs")
+    # Sequences per forward per GPU: every GPU needs at least one micro-batch of the step's rollouts.
+    micro = str(max(1, min(cfg["micro_batch"], cfg["prompts_per_step"] * cfg["group_size"] // gpus)))
+    argv = ["python3", "-m", "openrlhf.cli.train_ppo_ray",
+            "--actor.num_nodes", str(nodes), "--actor.num_gpus_per_node", str(gpus_per_node),
+            "--ref.num_nodes", str(nodes), "--ref.num_gpus_per_node", str(gpus_per_node),
+            "--vllm.num_engines", str(engines),
+            "--vllm.tensor_parallel_size", str(vllm_tp),
+            "--train.colocate_all", "--vllm.enable_sleep", "--ds.enable_sleep", "--vllm.gpu_memory_utilization", "0.5",
+            "--actor.model_name_or_path", str(model),
+            "--reward.remote_url", REWARD_MODULE,
+            "--algo.advantage.estimator", "group_norm",
+            "--rollout.n_samples_per_prompt", str(cfg["group_size"]),
+            "--rollout.batch_size", str(cfg["prompts_per_step"]),
+            "--rollout.micro_batch_size", micro,
+            "--train.batch_size", str(cfg["prompts_per_step"] * cfg["group_size"]),
+            "--train.micro_batch_size", micro,
+            "--train.max_epochs", str(cfg["ppo_epochs"]),
+            "--train.num_episodes", str(episodes), "--data.max_samples", str(max_samples),
+            "--data.prompt_dataset", str(prompt_data), "--data.input_key", "prompt", "--data.label_key", "label",
+            *(["--data.apply_chat_template"] if chat_template else []),
+            "--data.max_len", str(max_prompt_len + cfg["max_new_tokens"]),
+            "--rollout.max_new_tokens", str(cfg["max_new_tokens"]),
+            "--rollout.temperature", repr(float(cfg["temperature"])), "--rollout.top_p", repr(float(cfg["top_p"])),
+            "--actor.adam.lr", repr(float(cfg["lr"])), "--actor.adam.weight_decay", repr(float(cfg["weight_decay"])),
+            "--actor.lr_scheduler", "constant", "--actor.lr_warmup_ratio", "0",
+            "--actor.max_norm", repr(float(cfg["max_grad_norm"])),
+            "--actor.eps_clip", repr(float(cfg["clip_eps"])), "--actor.loss_agg_mode", "seq-mean-token-mean",
+            "--actor.entropy_coef", "0",
+            "--algo.kl.use_loss", "--algo.kl.estimator", "k3", "--algo.kl.init_coef", repr(float(cfg["kl_coef"])),
+            "--train.seed", str(cfg["seed"]),
+            "--ckpt.output_dir", str(run / "model"), "--ckpt.path", str(run / "checkpoints"),
+            "--ckpt.save_steps", str(cfg["save_every"]), "--ckpt.save_hf", "--ckpt.load_enable",
+            "--logger.tensorboard_dir", str(run / "tensorboard"),
+            "--logger.wandb.run_name", run_name or run.name]
+    if cfg["lora_r"]:
+        targets = ["all-linear"] if cfg["lora_targets"] == "all-linear" else \
+            [t.strip() for t in cfg["lora_targets"].split(",") if t.strip()]
+        argv += ["--ds.lora.rank", str(cfg["lora_r"]), "--ds.lora.alpha", str(int(cfg["lora_alpha"])),
+                 "--ds.lora.target_modules", *targets]
+    if "IFCORE_RAIF_NOTHINK" in plugins:  # the plug-ins drop a group through the dynamic filter (score -inf)
+        argv += ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "-0.01", "1.01"]
+    if eval_data:
+        argv += ["--eval.dataset", str(eval_data), "--eval.steps", str(cfg["eval_every"]),
+                 "--eval.n_samples_per_prompt", str(cfg["eval_samples"]),
+                 "--eval.temperature", repr(float(cfg["temperature"]))]
+    argv += list(extra)
+    check_flags(argv)
+    return argv
+
+
+def job_files(cfg: dict, run_dir) -> dict:
+    """The files the job reads, written to RUN/openrlhf/ from the run's own data (grpo.resolve_paths: the
+    configured files, or the cached defaults): train.jsonl and test.jsonl (the first eval_prompts rows) with each
+    prompt formatted exactly as the embedded trainer's rollout prompt (grpo._prompt: the chat template, RAIF's CoT
+    prompt, the empty think block), and with bc_coef expert.jsonl (the prompt formatted, the response ending with
+    the EOS text), as the plug-ins read it. Returns the keyword arguments of job_spec: cfg (bc_data pointing at
+    that file), model, prompt_data, eval_data, n_prompts, chat_template False and think_gate (the embedded
+    trainer's format gate for this tokenizer). The folder must be one the cluster sees, as must the model."""
+    from transformers import AutoTokenizer
+
+    from ifcore.jsonl import read_jsonl
+    from ifcore.train.grpo import _prompt, _think_mode, load_config, resolve_paths
+    from ifcore.train.model import chat_prompt
+    from ifcore.train.sft import raif_prompt
+
+    config = load_config(None, **cfg)
+    paths = resolve_paths(config, progress=False)
+    tokenizer = AutoTokenizer.from_pretrained(paths["model"])
+    out = Path(run_dir) / "openrlhf"
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(name: str, rows: list[dict]) -> str:
+        (out / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        return str(out / name)
+
+    def prompts(path: str, limit: int | None = None) -> list[dict]:
+        return [{"prompt": _prompt(tokenizer, r["prompt"], config), "label": r["label"]}
+                for r in read_jsonl(path, required=("prompt", "label"))[:limit]]
+
+    train_rows = prompts(paths["train_data"])
+    files = {"cfg": dict(cfg), "model": paths["model"], "prompt_data": write("train.jsonl", train_rows),
+             "eval_data": write("test.jsonl", prompts(paths["test_data"], config.eval_prompts)),
+             "n_prompts": len(train_rows), "chat_template": False, "think_gate": _think_mode(config, tokenizer)}
+    if config.bc_coef:  # RAIF eq. 8: the prompt as the embedded trainer builds it for an expert pair
+        experts = [{"prompt": raif_prompt(tokenizer, r["prompt"]) if config.reward == "raif"
+                    else chat_prompt(tokenizer, r["prompt"], think=True),
+                    "response": r["response"] + tokenizer.eos_token}
+                   for r in read_jsonl(paths["bc_data"], required=("prompt", "response"))]
+        files["cfg"]["bc_data"] = write("expert.jsonl", experts)
+    return files
+
+
+def _wheel_source(member: str) -> str:
+    wheels = sorted(WHEELS.glob("openrlhf-0.11.2-*.whl"))
+    if not wheels:
+        raise FileNotFoundError(f"no openrlhf 0.11.2 wheel in {WHEELS}: `make install` downloads it")
+    with zipfile.ZipFile(wheels[0]) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(f"openrlhf/{member}")]
+        return z.read(name).decode("utf-8")
+
+
+def parse(argv: list[str]):
+    """(parser, args): train_ppo_ray.py's `__main__` block of the pinned wheel run on `argv` (the flags after the
+    module name): its parser, then its own checks, stopping before `train(args)`. Raises what they raise."""
+    tree = ast.parse(_wheel_source("cli/train_ppo_ray.py"))
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+    body = []
+    for node in block.body:
+        src = ast.unparse(node)
+        if src == "train(args)":
+            break
+        if src.startswith("from openrlhf.utils.config import"):
+            continue  # hierarchize comes from the wheel's config.py below
+        if src == "args = parser.parse_args()":
+            node = ast.parse("args = parser.parse_args(ARGV)").body[0]
+        body.append(node)
+    ns = {"argparse": argparse, "datetime": datetime, "ARGV": list(argv)}
+    exec(compile(_wheel_source("utils/config.py"), "openrlhf/utils/config.py", "exec"), ns)
+    exec(compile(ast.Module(body=body, type_ignores=[]), "openrlhf/cli/train_ppo_ray.py", "exec"), ns)
+    return ns["parser"], ns["args"]
+
+
+def check_flags(argv: list[str]) -> None:
+    """ValueError naming the first flag of `argv` (a whole command, or the flags alone) that openrlhf 0.11.2 does
+    not know by that exact name (argparse would take a prefix), or what its parser or its checks reject."""
+    argv = list(argv)
+    if "openrlhf.cli.train_ppo_ray" in argv:
+        argv = argv[argv.index("openrlhf.cli.train_ppo_ray") + 1:]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            parser, _ = parse(argv)
+    except SystemExit:
+        message = (err.getvalue().strip().splitlines() or ["?"])[-1]
+        raise ValueError(f"openrlhf 0.11.2 rejects the command: {message.split('error: ', 1)[-1]}") from None
+    except AssertionError as e:
+        raise ValueError(f"openrlhf 0.11.2's checks reject the command: {e}") from None
+    for flag in argv:
+        if flag.startswith("--") and flag.split("=", 1)[0] not in parser._option_string_actions:
+            raise ValueError(f"{flag}: not an openrlhf 0.11.2 flag")
+
+
+def job_spec(cfg: dict, run_dir: str, *, working_dir: str | None = None, think_gate: str | None = None,
+             **command_kwargs) -> dict:
+    """{"entrypoint", "runtime_env"} of the Ray job (POST /api/jobs/ takes both as they are): the command as one
+    shell string; the repository as working_dir (ifcore importable in every worker, the reward module's relative
+    path valid; runs, caches and the venv left out), the reward and plug-in settings as env_vars, and with RTT or
+    RAIF options the plug-ins' install hook run in each worker before OpenRLHF's code."""
+    argv = command(cfg, run_dir, **command_kwargs)
+    env = reward_env(cfg, command_kwargs.get("rtt_relevance"), think_gate)
+    runtime_env = {"working_dir": str(working_dir or REPO), "env_vars": env,
+                   "excludes": [".git", ".venv", ".cache", "runs", "papermill_runs", "figures", "__pycache__"]}
+    if env.keys() - {"IFCORE_REWARD", "IFCORE_THINK", "IFCORE_ALPHA"}:
+        runtime_env["worker_process_setup_hook"] = PLUGINS_HOOK
+    return {"entrypoint": shlex.join(argv), "runtime_env": runtime_env}
+
+
+
+def evaluate_checkpoint(path, benchmark: str, output_dir, *, limit: int | None = None, subset_seed: int = 0,
+                        max_new_tokens: int = 512, backend: str = "local", base_url: str | None = None,
+                        extra: list[str] = ()) -> dict:
+    """A saved HF checkpoint (a run's RUN/model or RUN/checkpoints/... folder) scored on `benchmark` (ifeval,
+    ifbench, scopeif) by `ifcore eval BENCH --model PATH`: generated through ifcore.infer, in this machine's
+    process (backend local) or by an OpenAI-compatible endpoint serving it (backend openai, base_url: vLLM or
+    `transformers serve`), then scored; returns its summary.json. limit: a seeded subset of that many prompts."""
+    argv = [sys.executable, "-m", "ifcore", "eval", benchmark, "--model", str(path), "--output-dir", str(output_dir),
+            "--max-new-tokens", str(max_new_tokens), "--backend", backend,
+            *(["--base-url", base_url] if base_url else []),
+            *(["--limit", str(limit), "--subset-seed", str(subset_seed)] if limit is not None else []), *extra]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+        raise RuntimeError(f"ifcore eval {benchmark} --model {path} failed (exit status {done.returncode}):\n{tail}")
+    return json.loads((Path(output_dir) / "summary.json").read_text(encoding="utf-8"))

@@ -1,0 +1,514 @@
+"""ifcore.integrations.openrlhf_plugins against the OpenRLHF 0.11.2 wheel's own classes, run on CPU.
+
+The wheel's files are imported as they are (its experience maker, samples generator and policy actor trainer);
+only the package __init__s and the GPU-only modules they reach (deepspeed, vllm, the Ray actor launchers) are
+stubbed, and Ray itself by a synchronous stand-in (an object ref is its value)."""
+import copy
+import json
+import subprocess
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ifcore.advantages import group_norm, superior_cot_keep, token_rtt
+from ifcore.rewards import raif
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX",
+              "IFCORE_BC_COEF", "IFCORE_BC_DATA", "IFCORE_BC_BATCH")
+
+
+@pytest.fixture(scope="session")
+def wheel_dir(tmp_path_factory):
+    wheels = sorted((REPO / ".cache" / "openrlhf-0.11.2").glob("openrlhf-0.11.2-*.whl"))
+    if not wheels:
+        pytest.fail("no openrlhf 0.11.2 wheel in .cache/openrlhf-0.11.2: run `make install` (it downloads it)")
+    out = tmp_path_factory.mktemp("openrlhf")
+    with zipfile.ZipFile(wheels[0]) as z:
+        for name in z.namelist():
+            if "/openrlhf/" in name and name.endswith(".py"):
+                target = out / name[name.index("openrlhf/"):]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(name))
+    return out / "openrlhf"
+
+
+def _module(name, **attrs):
+    m = types.ModuleType(name)
+    m.__dict__.update(attrs)
+    return m
+
+
+class _Remote:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+def _ray_remote(*args, **kwargs):
+    if args and callable(args[0]):
+        return _Remote(args[0])
+    return _Remote
+
+
+@pytest.fixture
+def openrlhf(wheel_dir, monkeypatch):
+    """Import the wheel's modules by name: packages without their __init__, GPU-only modules stubbed."""
+    for var in PLUGIN_ENV:
+        monkeypatch.delenv(var, raising=False)
+    for name in [m for m in sys.modules if m == "openrlhf" or m.startswith("openrlhf.")]:
+        monkeypatch.delitem(sys.modules, name)
+    for pkg in ("", ".trainer", ".trainer.ppo_utils", ".trainer.ray", ".models", ".utils", ".utils.deepspeed"):
+        path = wheel_dir / pkg.lstrip(".").replace(".", "/")
+        monkeypatch.setitem(sys.modules, "openrlhf" + pkg, _module("openrlhf" + pkg, __path__=[str(path)]))
+    ray = _module("ray", remote=_ray_remote, get=lambda ref: ref, put=lambda x: x,
+                  wait=lambda refs, num_returns=1, timeout=None: (refs[:num_returns], refs[num_returns:]))
+    stubs = {"ray": ray, "deepspeed": _module("deepspeed"),
+             "vllm": _module("vllm", SamplingParams=lambda **kw: types.SimpleNamespace(**kw)),
+             "openrlhf.trainer.ray.launcher": _module("openrlhf.trainer.ray.launcher", RayActorGroup=object,
+                                                      BaseModelActor=object),
+             "openrlhf.trainer.ray.vllm_engine": _module("openrlhf.trainer.ray.vllm_engine",
+                                                         batch_vllm_engine_call=lambda *a, **k: None),
+             "openrlhf.trainer.ray.utils": _module("openrlhf.trainer.ray.utils", get_physical_gpu_id=lambda: 0),
+             "openrlhf.utils.deepspeed.deepspeed_utils": _module("x", offload_deepspeed_states=None,
+                                                                 reload_deepspeed_states=None),
+             "openrlhf.utils.distributed_util": _module("x", stateless_init_process_group=None,
+                                                        torch_dist_barrier_and_cuda_sync=None),
+             "openrlhf.utils.vlm_utils": _module("x", merge_mm_train_inputs=None)}
+    for name, module in stubs.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    sys.modules["openrlhf.models"].__dict__.update(Actor=object, PolicyLoss=object, aggregate_loss=None)
+    sys.modules["openrlhf.utils"].get_tokenizer = None
+    sys.modules["openrlhf.utils.deepspeed"].DeepspeedStrategy = object
+    from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer  # noqa: the package's own name
+
+    sys.modules["openrlhf.trainer.ppo_utils"].NaiveReplayBuffer = NaiveReplayBuffer
+    return sys.modules
+
+
+def _ns(**kw):
+    return types.SimpleNamespace(**{k: _ns(**v) if isinstance(v, dict) else v for k, v in kw.items()})
+
+
+class CharTokenizer:
+    """One token per character (id = code point + 8); "<|im_end|>" is the special token 2, padding 0."""
+    EOS, EOS_ID = "<|im_end|>", 2
+    all_special_ids = [0, 2]
+    pad_token_id = 0
+
+    def _pieces(self, text):
+        out, i = [], 0
+        while i < len(text):
+            if text.startswith(self.EOS, i):
+                out.append((self.EOS_ID, i, i + len(self.EOS)))
+                i += len(self.EOS)
+            else:
+                out.append((ord(text[i]) + 8, i, i + 1))
+                i += 1
+        return out
+
+    def __call__(self, text, add_special_tokens=False, return_offsets_mapping=False):
+        pieces = self._pieces(text)
+        out = {"input_ids": [p[0] for p in pieces]}
+        if return_offsets_mapping:
+            out["offset_mapping"] = [(a, b) for _, a, b in pieces]
+        return out
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(self.EOS if i == self.EOS_ID else chr(i - 8) for i in ids if i != 0)
+
+
+TOK = CharTokenizer()
+LABEL = json.dumps({"constraints": [
+    {"scope": [], "target": {"count": "word"}, "range": {"min": 3, "max": 12}},
+    {"scope": [{"unit": "paragraph", "select": "at", "index": 0}], "target": {"count": "occurrence", "of": "river"},
+     "range": {"eq": 0}},
+    {"scope": [], "target": {"count": "occurrence", "of": "heron"}, "range": {"min": 1}}]})
+WORDS = ["river", "heron", "the", "water", "runs", "cold", "fish", "stone", "\n\n"]
+
+
+def _experience(module, prompt: str, response: str, reward: float, label=LABEL):
+    """One sample as SamplesGenerator._process_response_into_experience makes it from an executor's output."""
+    p, r = TOK(prompt)["input_ids"], TOK(response)["input_ids"]
+    generator = module.SamplesGenerator.__new__(module.SamplesGenerator)
+    return generator._process_response_into_experience(
+        {"observation_tokens": p + r, "action_ranges": [(len(p), len(p) + len(r))], "reward": reward,
+         "scores": reward, "prompt": prompt, "label": label, "rollout_log_probs": None, "extra_logs": {}},
+        max_len=4096)
+
+
+def _maker(module, n: int, micro: int):
+    maker = module.RemoteExperienceMaker.__new__(module.RemoteExperienceMaker)
+    maker.strategy = _ns(args=_ns(rollout={"n_samples_per_prompt": n, "micro_batch_size": micro},
+                                  train={"dynamic_batch_enable": False},
+                                  algo={"advantage": {"estimator": "group_norm", "gamma": 1.0, "no_std_norm": False}},
+                                  reward={"clip_range": None},
+                                  # length penalties off
+                                  overlong_buffer_len=None, stop_properly_penalty_coef=None))
+    maker.args = maker.strategy.args
+    maker.advantage_estimator = "group_norm"
+    maker.tokenizer, maker.kl_ctl = TOK, _ns(value=0.0)
+    return maker
+
+
+def _batches(maker, samples):
+    batches = maker.split_rollout_samples(samples)  # the wheel's own micro-batching: right padding
+    for e in batches:
+        e.kl = torch.zeros(e.action_mask.shape)  # make_experience's, with the KL coefficient 0
+    return batches
+
+
+def fake_relevance(criteria, responses):
+    """A deterministic stand-in for a discriminator: p from the token id and the criterion."""
+    return [np.array([((i * 7 + len(c) * 13) % 11) / 10 for i in ids]) for c, ids in zip(criteria, responses)]
+
+
+def _answer_positions(prompt, response):
+    """Action positions (indices into the action mask) of the answer tokens: after the last </think>, before the
+    end-of-turn token; computed on the text, independently of the plug-in."""
+    start = response.rfind("</think>")
+    start = start + len("</think>") if start >= 0 else 0
+    end = response.find(CharTokenizer.EOS)
+    end = len(response) if end < 0 else end
+    return [len(prompt) - 1 + t for t in range(start, end)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 4), groups=st.integers(1, 3), micro=st.integers(1, 5), data=st.data())
+def test_rtt_advantages_equal_ifcore_advantages(openrlhf_module, n, groups, micro, data):
+    em, plugins = openrlhf_module
+    prompts, texts, rewards = [], [], []
+    for g in range(groups):
+        prompt = data.draw(st.sampled_from(["Q: ", "Write about a river.\n", "p"])) + str(g)
+        for _ in range(n):
+            words = data.draw(st.lists(st.sampled_from(WORDS), max_size=14))
+            think = data.draw(st.sampled_from(["", "<think>river heron</think>"]))
+            eos = data.draw(st.sampled_from([CharTokenizer.EOS, "", CharTokenizer.EOS + CharTokenizer.EOS]))
+            prompts.append(prompt)
+            texts.append(think + " ".join(words) + eos)
+            # exact binary fractions: OpenRLHF divides by std + 1e-9, so a constant group's float noise in the mean
+            # would become a large advantage there (ifcore's group_norm gives such a group exactly 0)
+            rewards.append(data.draw(st.integers(0, 8)) / 8)
+    samples = [_experience(em, p, t, r) for p, t, r in zip(prompts, texts, rewards)]
+    maker = _maker(em, n, micro)
+    plain = maker.compute_advantages_and_returns(_batches(maker, copy.deepcopy(samples)))
+    beta = data.draw(st.sampled_from([0.25, 0.5, 1.0]))
+    got = plugins.add_rtt(maker, maker.compute_advantages_and_returns(_batches(maker, samples)), beta,
+                          fake_relevance)
+    adv = {i: (e.advantages[j], e.action_mask[j]) for e in got for j, i in enumerate(e.index)}
+    base = {i: e.advantages[j] for e in plain for j, i in enumerate(e.index)}
+    a_res = group_norm(np.array(rewards).reshape(groups, n))
+    for g in range(groups):
+        rows = range(g * n, (g + 1) * n)
+        relevance, satisfied, positions = [], [], []
+        for i in rows:
+            pos = _answer_positions(prompts[i], texts[i])
+            ids = TOK(texts[i])["input_ids"]
+            cut = ids.index(2) if 2 in ids else len(ids)
+            answer = [t for t in range(cut) if len(prompts[i]) - 1 + t in pos]
+            p = np.stack([fake_relevance([c], [ids])[0][answer] for c in _criteria()], axis=1)
+            relevance.append(p.reshape(len(answer), 3))
+            satisfied.append(_satisfied(texts[i]))
+            positions.append(pos)
+        # RTT eq. 7 with alpha = 1: OpenRLHF's response advantage plus beta A_tok
+        expected = token_rtt(relevance, satisfied, a_res[g], alpha=1.0, beta=beta)
+        for k, i in enumerate(rows):
+            a, mask = adv[i]
+            assert torch.allclose(base[i][mask.bool()], torch.tensor(a_res[g][k], dtype=torch.float32), atol=1e-5)
+            # outside the action mask (OpenRLHF's returns run back into the prompt's columns) nothing changes
+            want = base[i].clone()
+            want[positions[k]] = torch.tensor(expected[k], dtype=torch.float32)
+            assert torch.allclose(a, want, atol=1e-5), (texts[i], a, want)
+
+
+def _criteria():
+    from ifcore.integrations import load_constraints
+
+    return [c.text or json.dumps({k: v for k, v in c.to_dict().items() if k not in ("id", "category")})
+            for c in load_constraints(LABEL, "test")]
+
+
+def _satisfied(text):
+    from ifcore.integrations import load_constraints
+    from ifcore.rewards import score_response
+
+    answer = text.split(CharTokenizer.EOS)[0]
+    return score_response(answer, load_constraints(LABEL, "t"), truncated=CharTokenizer.EOS not in text)["satisfied"]
+
+
+@pytest.fixture
+def openrlhf_module(openrlhf):
+    import importlib
+
+    em = importlib.import_module("openrlhf.trainer.ppo_utils.experience_maker")
+    sg = importlib.import_module("openrlhf.trainer.ppo_utils.samples_generator")
+    module = types.SimpleNamespace(RemoteExperienceMaker=em.RemoteExperienceMaker,
+                                   SamplesGenerator=sg.SamplesGenerator)
+    from ifcore.integrations import openrlhf_plugins
+
+    return module, openrlhf_plugins
+
+
+# ---- RTT: the verifier's relevance, and install() ----------------------------------------------------------------
+
+def test_verifier_relevance_marks_the_evidence(openrlhf_module):
+    _, plugins = openrlhf_module
+    think = "<think>the river</think>"
+    answer = "The river runs.\n\nA heron waits by the river."
+    ids = TOK(think + answer + CharTokenizer.EOS)["input_ids"]
+    from ifcore.integrations import settings as opts
+
+    scored, p, satisfied = plugins.response_relevance(TOK, ids, LABEL, opts())
+    assert satisfied == [True, False, True]
+    # the answer's tokens only: after </think>, before the end-of-turn token
+    assert scored == list(range(len(think), len(think) + len(answer)))
+    first_river = answer.index("river")
+    heron = answer.index("heron")
+    # word count (GLOBAL): every token of the answer; "no river in paragraph 1" (LOCAL negative, violated): the
+    # violating occurrence, not the one in paragraph 2; "include heron" (LOCAL positive, satisfied): its occurrence
+    assert p[:, 0].sum() >= len(answer) - 2
+    assert np.flatnonzero(p[:, 1]).tolist() == list(range(first_river, first_river + 5))
+    assert np.flatnonzero(p[:, 2]).tolist() == list(range(heron, heron + 5))
+    # cut at the length limit (no end-of-turn token): gated, nothing verified, no relevance
+    scored, p, satisfied = plugins.response_relevance(TOK, ids[:-1], LABEL, opts())
+    assert satisfied == [False] * 3 and not p.any()
+    # a response whose text does not re-tokenize to its ids keeps OpenRLHF's advantage (no scored token)
+    assert plugins.response_relevance(TOK, [TOK.EOS_ID, 0, 80], LABEL, opts())[0] == []
+
+
+def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, monkeypatch, tmp_path):
+    module, plugins = openrlhf_module
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    originals = (RemoteExperienceMaker.compute_advantages_and_returns, SamplesGenerator._generate_vllm,
+                 ActorPPOTrainer.training_step)
+    assert plugins.install() == []  # every variable unset: OpenRLHF's own methods, untouched
+    assert (RemoteExperienceMaker.compute_advantages_and_returns, SamplesGenerator._generate_vllm,
+            ActorPPOTrainer.training_step) == originals
+
+    for var, value, message in [("IFCORE_RTT_BETA", "x", "IFCORE_RTT_BETA must be a finite number > 0"),
+                                ("IFCORE_RTT_BETA", "-1", "IFCORE_RTT_BETA"),
+                                ("IFCORE_RAIF_NOTHINK", "0", "IFCORE_RAIF_NOTHINK must be a positive integer"),
+                                ("IFCORE_BC_COEF", "0.1", "IFCORE_BC_COEF needs IFCORE_BC_DATA")]:
+        with monkeypatch.context() as m:
+            m.setenv(var, value)
+            with pytest.raises(ValueError, match=message):
+                plugins.install()
+    assert RemoteExperienceMaker.compute_advantages_and_returns is originals[0]
+
+    monkeypatch.setenv("IFCORE_RTT_BETA", "0.5")
+    assert plugins.install() == ["RemoteExperienceMaker.compute_advantages_and_returns"]
+    assert plugins.install() == ["RemoteExperienceMaker.compute_advantages_and_returns"]  # wraps once
+    patched = RemoteExperienceMaker.compute_advantages_and_returns
+    assert patched.__wrapped__ is originals[0] and SamplesGenerator._generate_vllm is originals[1]
+
+    n, prompts = 3, ["Q: a"] * 3 + ["Q: b"] * 3
+    texts = ["The river runs.\n\nA heron." + TOK.EOS, "heron" + TOK.EOS, "<think>x</think>a b c river heron" + TOK.EOS,
+             "water" + TOK.EOS, "The heron and the fish." + TOK.EOS, "cold stone heron"]
+    samples = [_experience(module, p, t, r) for p, t, r in zip(prompts, texts, [1, 0.5, 0.25, 0, 0.75, 0.5])]
+    maker = _maker(module, n, 4)
+    got = maker.compute_advantages_and_returns(_batches(maker, copy.deepcopy(samples)))
+    want = plugins.add_rtt(maker, originals[0](maker, _batches(maker, samples)), 0.5)
+    for a, b in zip(got, want):
+        assert torch.equal(a.advantages, b.advantages)
+    plain = originals[0](maker, _batches(maker, copy.deepcopy(samples)))
+    assert any(not torch.equal(a.advantages, b.advantages) for a, b in zip(got, plain))  # RTT moved something
+
+    maker.strategy.args.algo.advantage.estimator = maker.advantage_estimator = "rloo"
+    with pytest.raises(ValueError, match="estimator is 'rloo'"):
+        maker.compute_advantages_and_returns(_batches(maker, copy.deepcopy(samples)))
+
+
+# ---- RAIF: paired no-think rollouts and the superior-CoT filter ----------------------------------------------------
+
+def _generator(module, n, batch, lo=-0.01, hi=1.01):
+    gen = module.SamplesGenerator.__new__(module.SamplesGenerator)
+    gen.args = _ns(algo={"dynamic_filtering_enable": True, "dynamic_filtering_range": (lo, hi),
+                         "advantage": {"is_correction_level": "off"}},
+                   rollout={"n_samples_per_prompt": n, "batch_size": batch}, vllm={"enable_sleep": False})
+    gen.strategy, gen.tokenizer = _ns(args=gen.args), TOK
+    return gen
+
+
+class FakeEngine:
+    """A vLLM engine whose rollouts have scripted verdicts: outcomes[prompt] = [(satisfied, format_ok), ...]."""
+
+    def __init__(self, outcomes, suffix):
+        self.outcomes, self.suffix, self.calls = outcomes, suffix, []
+        self.generate_responses = _Remote(self._generate)
+        self.get_num_unfinished_requests = _Remote(lambda: 0)
+
+    def _generate(self, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples=1, images=None):
+        self.calls.append((prompt, num_samples))
+        nothink = prompt.endswith(self.suffix)
+        rows = self.outcomes[prompt[:-len(self.suffix)] if nothink else prompt]
+        rows = rows[len(rows) - num_samples:] if nothink else rows[:num_samples]
+        out = []
+        for sat, ok in rows:
+            reward = float(raif(sat, ok))
+            logs = {"ila": float(all(sat) and ok), "cla": float(np.mean(sat)) if ok else 0.0,
+                    "format_fail": float(not ok)}
+            ids = TOK(prompt)["input_ids"]
+            out.append({"observation_tokens": ids + [70, 71, TOK.EOS_ID], "action_ranges": [(len(ids), len(ids) + 3)],
+                        "reward": reward, "scores": (reward + 3) / 6, "prompt": prompt, "label": LABEL,
+                        "rollout_log_probs": None, "extra_logs": logs})
+        return out
+
+
+def _accuracy(sat, ok):
+    return float(raif(sat, ok)) - (1.0 if ok else -1.0)  # RAIF eq. 5, as the embedded trainer's accuracy()
+
+
+outcome = st.tuples(st.lists(st.booleans(), min_size=3, max_size=3), st.booleans())
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 5), k=st.integers(1, 4), batch=st.integers(1, 3), pool=st.integers(1, 6), data=st.data())
+def test_superior_cot_filter_keeps_what_ifcore_keeps(openrlhf_module, n, k, batch, pool, data):
+    module, plugins = openrlhf_module
+    k = min(k, n - 1)
+    prompts = [f"prompt {i}" for i in range(batch + pool)]
+    outcomes = {p: data.draw(st.lists(outcome, min_size=n, max_size=n)) for p in prompts}
+    engine = FakeEngine(outcomes, plugins.NOTHINK_SUFFIX)
+    gen = _generator(module, n, batch)
+    gen.vllm_engines = [engine]
+    paired = plugins._paired_generate(module.SamplesGenerator._generate_vllm, k, plugins.NOTHINK_SUFFIX)
+    loader = iter([(None, [p], [LABEL], [None]) for p in prompts])
+    got, consumed, _ = paired(gen, loader, batch, True, n_samples_per_prompt=n, max_new_tokens=8)
+
+    keep = [p for p in prompts if superior_cot_keep([_accuracy(*o) for o in outcomes[p][:n - k]],
+                                                    [_accuracy(*o) for o in outcomes[p][n - k:]])]
+    # OpenRLHF's refill: each dropped group is replaced by the next prompt while the loader lasts
+    accepted, used = [], 0
+    for p in prompts:
+        if len(accepted) == batch:
+            break
+        used += 1
+        if p in keep:
+            accepted.append(p)
+    assert consumed == used
+    order = [""] * (n - k) + [plugins.NOTHINK_SUFFIX] * k  # CoT rollouts first, then the no-think ones
+    assert [e.prompts[0] for e in got] == [p + s for p in accepted for s in order]
+    assert sorted(set(call[0] for call in engine.calls)) == sorted(
+        {p + s for p in prompts[:used] for s in ("", plugins.NOTHINK_SUFFIX)})
+    assert all(num == (k if p.endswith(plugins.NOTHINK_SUFFIX) else n - k) for p, num in engine.calls)
+    # the rewards are the rollouts' own: only dropped groups' scores change
+    assert all(e.scores[0].item() >= 0 for e in got)
+
+    engine.calls.clear()  # evaluation (no dynamic filtering): plain groups of n, nothing dropped
+    loader = iter([(None, [p], [LABEL], [None]) for p in prompts])
+    got, _, _ = paired(gen, loader, len(prompts), False, n_samples_per_prompt=n)
+    assert engine.calls == [(p, n) for p in prompts] and len(got) == n * len(prompts)
+
+
+def test_superior_cot_filter_needs_dynamic_filtering(openrlhf_module, monkeypatch):
+    module, plugins = openrlhf_module
+    monkeypatch.setenv("IFCORE_RAIF_NOTHINK", "1")
+    assert plugins.install() == ["SamplesGenerator._generate_vllm"]
+    gen = _generator(module, 4, 1)
+    gen.args.algo.dynamic_filtering_enable = False
+    gen.vllm_engines = [FakeEngine({}, plugins.NOTHINK_SUFFIX)]
+    with pytest.raises(ValueError, match="dynamic_filtering_enable"):
+        gen._generate_vllm(iter([]), 1, False)
+    assert plugins.raif_accuracy({}) == -2.0  # the reward function failed: not judged
+
+
+# ---- RAIF: behaviour cloning -------------------------------------------------------------------------------------
+
+class TinyActor(torch.nn.Module):
+    """OpenRLHF's Actor interface: the log-probs of the action tokens (action_mask's width, from the right)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb, self.out = torch.nn.Embedding(200, 8), torch.nn.Linear(8, 200)
+
+    def logits(self, sequences):
+        return self.out(self.emb(sequences))
+
+    def forward(self, sequences, action_mask, attention_mask=None, return_output=False, **kwargs):
+        logp = self.logits(sequences)[:, :-1].log_softmax(-1).gather(-1, sequences[:, 1:, None]).squeeze(-1)
+        logp = logp[:, -action_mask.shape[1]:]
+        return (logp, _ns(aux_loss=0.0)) if return_output else logp
+
+
+def _policy_trainer(module_cls):
+    backward_losses = []
+    trainer = module_cls.__new__(module_cls)
+    trainer.args = _ns(algo={"kl": {"use_loss": False}}, actor={"entropy_coef": None},
+                       train={"dynamic_batch_enable": False, "seed": 7})
+    trainer.strategy = _ns(args=trainer.args, ring_attn_group=None,
+                           backward=lambda loss, model, optim: backward_losses.append(loss),
+                           optimizer_step=lambda *a, **k: None, get_grad_norm=lambda model: 0.0)
+    trainer.actor, trainer.tokenizer, trainer.aux_loss, trainer.ema_model = TinyActor(), TOK, False, None
+    trainer.actor_optim = None
+    trainer.actor_scheduler = _ns(get_last_lr=lambda: [1e-6])
+    # the PPO clip loss is not what is tested here: a masked mean of -A x ratio stands in for PolicyLoss
+    trainer.actor_loss_fn = lambda logp, old, adv, action_mask, **kw: (
+        -((adv * (logp - old).exp()) * action_mask).sum() / action_mask.sum(), torch.tensor(0.0),
+        torch.tensor(0.0), None, None)
+    return trainer, backward_losses
+
+
+def test_behaviour_cloning_adds_the_expert_nll(openrlhf_module, monkeypatch, tmp_path):
+    from openrlhf.trainer.ppo_utils.experience import Experience
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    _, plugins = openrlhf_module
+    experts = [{"prompt": "Q: river?", "response": "A heron." + TOK.EOS},
+               {"prompt": "Q: fish?", "response": "Cold water, stones and fish." + TOK.EOS}]
+    path = tmp_path / "bc.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in experts))
+    seq = torch.tensor([TOK("Q: x A b" + TOK.EOS)["input_ids"]])
+    action = torch.zeros(1, seq.shape[1] - 1, dtype=torch.bool)
+    action[0, 4:] = True
+    experience = Experience(sequences=seq, attention_mask=torch.ones_like(seq), action_mask=action,
+                            action_log_probs=torch.zeros(action.shape), advantages=torch.full(action.shape, 0.5),
+                            response_length=torch.tensor([5.0]), info={})
+
+    trainer, losses = _policy_trainer(ActorPPOTrainer)
+    ActorPPOTrainer.training_step(trainer, copy.deepcopy(experience), 0.0, 0, {})
+    monkeypatch.setenv("IFCORE_BC_COEF", "0.3")
+    monkeypatch.setenv("IFCORE_BC_DATA", str(path))
+    monkeypatch.setenv("IFCORE_BC_BATCH", "8")
+    assert plugins.install() == ["ActorPPOTrainer.training_step"]
+    status = ActorPPOTrainer.training_step(trainer, copy.deepcopy(experience), 0.0, 0, {})
+    assert trainer.strategy.backward.__name__ == "<lambda>"  # the strategy's own backward is back
+
+    nll = []  # -log pi(response | prompt), token by token, from the model's logits (RAIF eq. 8)
+    for e in experts:
+        p, r = TOK(e["prompt"])["input_ids"], TOK(e["response"])["input_ids"]
+        ids = torch.tensor([p + r])
+        logp = trainer.actor.logits(ids)[0, :-1].log_softmax(-1)
+        nll += [-logp[t - 1, ids[0, t]] for t in range(len(p), len(p) + len(r))]
+    nll = torch.stack(nll).mean()
+    assert losses[1].item() == pytest.approx(losses[0].item() + 0.3 * nll.item(), rel=1e-5)
+    assert losses[1].requires_grad
+    assert status["metrics"]["bc_loss"].item() == pytest.approx(nll.item(), rel=1e-5)
+    assert status["weights"]["bc_loss"] == "sample"
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "p", "response": 3}) + "\n")
+    with pytest.raises(Exception, match="bad.jsonl: row 1: prompt and response must be strings"):
+        plugins.read_experts(str(bad))
+
+
+def test_plugins_import_no_trainer():
+    # integrations never import ifcore.train, infer or run (the architecture's rule); OpenRLHF is imported by install()
+    code = ("import sys, ifcore.integrations.openrlhf_plugins\n"
+            "bad = [m for m in sys.modules if m.split('.')[:2] in (['ifcore', 'train'], ['ifcore', 'infer'], "
+            "['ifcore', 'run']) or m == 'openrlhf']\n"
+            "assert not bad, bad\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,360 @@
+"""The openrlhf backend's pieces: the OpenRLHF command of notebooks 02-04 against the pinned release's own parser,
+curves read back from TensorBoard events (OpenRLHF's tags, the embedded trainer's own) and from the PPO trainer's
+stdout, and a saved checkpoint evaluated through `ifcore eval`."""
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import math
+import re
+import shlex
+from dataclasses import asdict
+from pathlib import Path
+
+import papermill
+import pytest
+
+from ifcore.run import curves, openrlhf
+from ifcore.run.curves import read_curves
+from ifcore.train.grpo import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
+TINY = REPO / "tests" / "data" / "tiny_chat_llama"
+
+
+def _params(name: str) -> dict:
+    return {k: ast.literal_eval(v["default"]) for k, v in
+            papermill.inspect_notebook(str(NOTEBOOKS / name)).items()}
+
+
+def _rows_file(path: Path, n: int) -> Path:
+    label = json.dumps({"constraints": [{"scope": [], "target": {"count": "word"}, "range": {"min": 3, "max": 30}},
+                                        {"scope": [], "target": {"count": "occurrence", "of": "river"},
+                                         "range": {"min": 1}}]})
+    path.write_text("".join(json.dumps({"prompt": f"Write about a river, take {i}.", "label": label}) + "\n"
+                            for i in range(n)))
+    return path
+
+
+def _notebook_configs() -> list[tuple[str, dict]]:
+    """(arm, TrainConfig dict) of every run notebooks 02, 03 and 04 train at their default parameters, built as
+    their run_arms call builds them (the notebooks' config dicts, replicated)."""
+    out = []
+    p = _params("02_raif_superior_cot.ipynb")
+    config = {"reward": "raif", "nothink_share": p["nothink_share"], "prompts_per_step": 16, "group_size": 4,
+              "max_new_tokens": 112, "eval_prompts": 128, "eval_samples": 2, "eval_every": 8, "save_every": 8,
+              **p["train_config"]}
+    out += [(f"02/{arm}", {**config, **over, "steps": p["steps"]}) for arm, over in p["arms"].items()]
+    p = _params("03_scopeif_graded_reward.ipynb")
+    out += [(f"03/{kind}", {**p["train_config"], "reward": kind, "steps": p["steps"]}) for kind in p["rewards"]]
+    p = _params("04_rtt_token_rewards.ipynb")
+    rtt = {"token_advantages": "rtt", "rtt_discriminator": "/cluster/disc"}
+    arms = {"grpo": {}, "rtt": rtt, **{f"rtt_beta{b:g}": {**rtt, "rtt_beta": b} for b in p["beta_sweep"]},
+            **{m: {**rtt, "token_advantages": m} if m == "rtt_inter" else {"token_advantages": m}
+               for m in p["ablations"]}}
+    out += [(f"04/{arm}", {**p["train_config"], **over, "reward": p["reward"], "steps": p["steps"]})
+            for arm, over in arms.items()]
+    return [(arm, asdict(load_config(None, **cfg))) for arm, cfg in out]
+
+
+CONFIGS = _notebook_configs()
+
+
+# What the plug-ins (ifcore/integrations/openrlhf_plugins.py) cannot do as the embedded trainer does: refused by name.
+REFUSED = {"02/grpo": "nothink_share", "04/rtt_inter": "token_advantages", "04/random": "token_advantages"}
+
+
+def _command(cfg: dict, run: str = "/cluster/runs/x", **kw) -> list[str]:
+    chat = cfg["reward"] != "raif"  # RAIF's CoT prompts are written formatted
+    kw = {"rtt_relevance": "verifier", **kw}
+    return openrlhf.command(cfg, run, model="/cluster/policy", prompt_data="/cluster/train.jsonl", n_prompts=4000,
+                            eval_data="/cluster/test.jsonl", chat_template=chat, **kw)
+
+
+@pytest.mark.parametrize("arm,cfg", CONFIGS, ids=[a for a, _ in CONFIGS])
+def test_notebook_commands_parse(arm, cfg):
+    if cfg["bc_coef"]:
+        cfg = dict(cfg, bc_data="/cluster/expert.jsonl")
+    if arm in REFUSED:
+        with pytest.raises(ValueError, match=f"^{REFUSED[arm]}: "):
+            _command(cfg)
+        return
+    argv = _command(cfg)
+    assert argv[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
+    parser, args = openrlhf.parse(argv[3:])
+    assert all(t in parser._option_string_actions for t in argv[3:] if t.startswith("--"))
+    assert args.reward.remote_url == [openrlhf.REWARD_MODULE] and (REPO / openrlhf.REWARD_MODULE).is_file()
+    assert args.algo.advantage.estimator == "group_norm"
+    assert args.rollout.n_samples_per_prompt == cfg["group_size"]
+    assert args.rollout.batch_size == cfg["prompts_per_step"]
+    assert args.train.batch_size == cfg["prompts_per_step"] * cfg["group_size"]
+    assert args.train.max_epochs == cfg["ppo_epochs"]
+    # exactly `steps` global steps: every episode takes max_samples prompts, prompts_per_step at a time
+    assert args.data.max_samples * args.train.num_episodes == cfg["steps"] * cfg["prompts_per_step"]
+    assert args.data.max_samples % cfg["prompts_per_step"] == 0 and args.data.max_samples <= 4000
+    assert (args.actor.adam.lr, args.algo.kl.init_coef, args.actor.eps_clip) == (cfg["lr"], cfg["kl_coef"],
+                                                                                 cfg["clip_eps"])
+    assert args.algo.kl.use_loss and args.algo.kl.estimator == "k3"
+    assert args.rollout.max_new_tokens == cfg["max_new_tokens"] and args.train.seed == cfg["seed"]
+    assert (args.rollout.temperature, args.rollout.top_p) == (cfg["temperature"], cfg["top_p"])
+    assert args.eval.steps == cfg["eval_every"] and args.ckpt.save_steps == cfg["save_every"]
+    assert args.logger.tensorboard_dir == "/cluster/runs/x/tensorboard" and args.logger.wandb.run_name == "x"
+    assert args.actor.entropy_coef == 0  # entropy logged, not in the loss
+    assert args.data.apply_chat_template == (cfg["reward"] != "raif")
+
+    env = openrlhf.reward_env(cfg, "verifier")
+    assert env["IFCORE_REWARD"] == cfg["reward"] and float(env["IFCORE_ALPHA"]) == cfg["alpha"]
+    assert env["IFCORE_THINK"] == ("raif" if cfg["reward"] == "raif" else "auto")
+    rtt, supcot = cfg["token_advantages"] == "rtt", cfg["superior_cot"] == "group"
+    assert ("IFCORE_RTT_BETA" in env) == rtt and ("IFCORE_RAIF_NOTHINK" in env) == supcot
+    assert ("IFCORE_BC_COEF" in env) == bool(cfg["bc_coef"]) and args.algo.dynamic_filtering_enable == supcot
+    if rtt:
+        assert (float(env["IFCORE_RTT_BETA"]), env["IFCORE_RTT_RELEVANCE"]) == (cfg["rtt_beta"], "verifier")
+    if supcot:
+        assert env["IFCORE_RAIF_NOTHINK"] == "1" and args.algo.dynamic_filtering_range == [-0.01, 1.01]
+    on = rtt or supcot or bool(cfg["bc_coef"])
+
+    spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model="/cluster/policy", prompt_data="/cluster/train.jsonl",
+                             n_prompts=4000, chat_template=cfg["reward"] != "raif", rtt_relevance="verifier")
+    assert shlex.split(spec["entrypoint"])[:3] == argv[:3] and spec["runtime_env"]["env_vars"] == env
+    assert spec["runtime_env"]["working_dir"] == str(REPO)
+    assert spec["runtime_env"].get("worker_process_setup_hook") == (openrlhf.PLUGINS_HOOK if on else None)
+
+
+def test_bad_flag_is_named():
+    cfg = dict(CONFIGS[0][1], reward="scopeif", nothink_share=0.0, superior_cot="off")
+    argv = _command(cfg)
+    openrlhf.check_flags(argv)
+    with pytest.raises(ValueError, match="--advantage_estimator"):
+        openrlhf.check_flags(argv + ["--advantage_estimator", "group_norm"])
+    with pytest.raises(ValueError, match=r"--actor\.adam\.l: not an openrlhf 0\.11\.2 flag"):  # a prefix argparse takes
+        openrlhf.check_flags(argv + ["--actor.adam.l", "1e-6"])
+    with pytest.raises(ValueError, match="n_samples_per_prompt"):  # the script's own checks run too
+        openrlhf.check_flags(argv + ["--rollout.n_samples_per_prompt", "1"])
+    with pytest.raises(ValueError, match="--not.a_flag"):
+        _command(cfg, extra=["--not.a_flag"])
+
+
+def test_unsupported_options_are_refused_by_name():
+    by_arm = dict(CONFIGS)
+    with pytest.raises(ValueError, match="^rtt_discriminator: .* pass rtt_relevance"):
+        _command(by_arm["04/rtt"], rtt_relevance=None)
+    with pytest.raises(ValueError, match="^rtt_alpha: 0.5 has no OpenRLHF counterpart"):
+        _command(dict(by_arm["04/rtt"], rtt_alpha=0.5))
+    with pytest.raises(ValueError, match="^superior_cot: 'reference'"):
+        _command(dict(by_arm["02/supcot"], superior_cot="reference"))
+    with pytest.raises(ValueError, match="^bc_data: "):
+        _command(by_arm["02/supcot_bc"])
+    plain = by_arm["03/scopeif"]
+    with pytest.raises(ValueError, match="^reward: raif"):
+        openrlhf.command(by_arm["02/supcot"], "/r", model="/m", prompt_data="/p", n_prompts=4000)
+    with pytest.raises(ValueError, match="^think: false"):
+        openrlhf.command(dict(plain, think=False), "/r", model="/m", prompt_data="/p", n_prompts=4000)
+    with pytest.raises(ValueError, match="^model: "):
+        openrlhf.command(plain, "/r", prompt_data="/p", n_prompts=4000)
+    with pytest.raises(ValueError, match="^prompts_per_step: 16 prompts per step, but the prompt file has only 8"):
+        openrlhf.command(plain, "/r", model="/m", prompt_data="/p", n_prompts=8)
+    with pytest.raises(ValueError, match="^vllm_engines: "):
+        openrlhf.command(plain, "/r", model="/m", prompt_data="/p", n_prompts=4000, vllm_engines=3)
+
+
+def test_steps_beyond_the_prompt_file_take_episodes(tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"p{i}", "label": "{}"}) + "\n" for i in range(100)))
+    cfg = dict(CONFIGS[0][1], reward="scopeif", nothink_share=0.0, superior_cot="off", steps=40,
+               prompts_per_step=16)
+    _, args = openrlhf.parse(openrlhf.command(cfg, "/r", model="/m", prompt_data=str(data))[3:])
+    assert (args.data.max_samples, args.train.num_episodes) == (80, 8)  # 40 x 16 = 8 episodes of 5 steps
+
+
+def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
+    """RAIF with superior-CoT and BC on the tiny chat model: the job's prompt files hold the embedded trainer's own
+    rollout prompts, which the wheel's PromptDataset passes through unchanged without --data.apply_chat_template."""
+    from transformers import AutoTokenizer
+
+    from ifcore.jsonl import read_jsonl
+    from ifcore.train.grpo import _prompt
+
+    data = _rows_file(tmp_path / "rows.jsonl", 6)
+    experts = tmp_path / "expert.jsonl"
+    experts.write_text(json.dumps({"prompt": "Write about a river.", "response": "<think>plan</think><answer>The "
+                                   "river runs.</answer>"}) + "\n")
+    cfg = asdict(load_config(None, model=str(TINY), train_data=str(data), test_data=str(data), reward="raif",
+                             nothink_share=0.25, superior_cot="group", bc_coef=0.1, bc_data=str(experts),
+                             eval_prompts=2, steps=3, prompts_per_step=2))
+    files = openrlhf.job_files(cfg, tmp_path / "run")
+    assert files["prompt_data"] == str(tmp_path / "run" / "openrlhf" / "train.jsonl") and files["n_prompts"] == 6
+    tokenizer = AutoTokenizer.from_pretrained(TINY)
+    config = load_config(None, **cfg)
+    ns = {}
+    exec(compile(openrlhf._wheel_source("datasets/prompts_dataset.py"), "prompts_dataset.py", "exec"), ns)
+    rows, source = read_jsonl(files["prompt_data"]), read_jsonl(data)
+    for row, original in zip(rows, source):
+        assert ns["preprocess_data"](row, None, "prompt", "label", None) == (
+            _prompt(tokenizer, original["prompt"], config), original["label"])
+    assert len(read_jsonl(files["eval_data"])) == 2
+    (expert,) = read_jsonl(files["cfg"]["bc_data"])
+    assert expert["prompt"].endswith(tokenizer.apply_chat_template([{"role": "user", "content": "x"}],
+                                                                   tokenize=False, add_generation_prompt=True)[-12:])
+    assert expert["response"].endswith("</answer>" + tokenizer.eos_token)
+    assert files["think_gate"] == "raif"
+    spec = openrlhf.job_spec(files.pop("cfg"), tmp_path / "run", **files)
+    env = spec["runtime_env"]["env_vars"]
+    assert env["IFCORE_THINK"] == "raif" and env["IFCORE_RAIF_NOTHINK"] == "1"
+    assert env["IFCORE_BC_DATA"] == str(tmp_path / "run" / "openrlhf" / "expert.jsonl")
+    argv = shlex.split(spec["entrypoint"])
+    assert "--data.apply_chat_template" not in argv and "--algo.dynamic_filtering_enable" in argv
+    assert argv[argv.index("--data.max_samples") + 1] == "6" and argv[argv.index("--train.num_episodes") + 1] == "1"
+
+
+# ---- curves ---------------------------------------------------------------------------------------------------
+
+def _close(got: dict, want: dict) -> bool:
+    """Same keys; numbers equal to float32's precision (TensorBoard keeps 32 bits), anything else equal."""
+    return got.keys() == want.keys() and all(
+        math.isclose(got[k], v, rel_tol=1e-6, abs_tol=1e-7) if isinstance(v, float) and isinstance(got[k], float)
+        else got[k] == v for k, v in want.items())
+
+
+def _openrlhf_events(folder: Path) -> None:
+    """Events as OpenRLHF's TensorboardLogger writes them (log_train / log_eval: add_scalar per key, the sample
+    as text)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder))
+    for step in (1, 2):
+        status = {"rollout/reward_mean": 0.25 * step, "rollout/reward_std": 0.5, "rollout/response_length_mean": 30.0,
+                  "rollout/truncated_rate": 0.125, "kl": 0.001 * step, "entropy_loss": 2.5, "ppo_clip_ratio": 0.0625,
+                  "actor_grad_norm": 1.5, "timing/step_total": 12.0, "cla": 0.75, "format_fail": 0.25,
+                  "policy_loss": -0.5, "actor_lr": 2e-6, "scope_Global_n": float("nan")}
+        for k, v in status.items():
+            writer.add_scalar(f"train/{k}", v, step)
+        writer.add_text("train/generated_samples", "Sample:\\nhi\\n\\nReward: 1.0000", step)
+    writer.add_scalar("eval/eval_default_pass1", 0.5, 2)
+    writer.add_scalar("eval/eval_response_length_mean", 20.0, 2)
+    writer.add_scalar("eval/eval_truncated_rate", 0.0, 2)
+    writer.close()
+
+
+def test_curves_from_openrlhf_events(tmp_path):
+    _openrlhf_events(tmp_path / "run" / "tensorboard" / "x")
+    rows = read_curves(tmp_path / "run")
+    assert [(r["type"], r["step"]) for r in rows] == [("train", 1), ("train", 2), ("eval", 2)]
+    first = rows[0]
+    assert _close(first, {
+        "type": "train", "step": 1, "reward_mean": 0.25, "reward_std": 0.5, "response_len": 30.0,
+        "truncated_fraction": 0.125, "kl": 0.001, "entropy": 2.5, "clip_fraction": 0.0625, "grad_norm": 1.5,
+        "step_seconds": 12.0, "csr": 0.75, "format_ok": 0.75, "openrlhf/policy_loss": -0.5,
+        "openrlhf/actor_lr": 2e-6, "openrlhf/scope_Global_n": None}), first
+    assert rows[1]["reward_mean"] == 0.5 and rows[1]["kl"] == pytest.approx(0.002)
+    assert rows[2] == {"type": "eval", "step": 2, "openrlhf/eval_default_pass1": 0.5, "eval_response_len": 20.0,
+                       "eval_truncated_fraction": 0.0}
+
+
+def _wheel_line(member: str, pattern: str, **names) -> str:
+    """The message of the wheel's own `logger.info(f"...")` call matching `pattern`, formatted with `names`."""
+    tree = ast.parse(openrlhf._wheel_source(member))
+    (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == "logger.info"
+               and re.search(pattern, ast.unparse(n.args[0]))]
+    return eval(compile(ast.Expression(call.args[0]), member, "eval"), {}, dict(names))  # an f-string
+
+
+def test_curves_from_openrlhf_stdout(tmp_path):
+    fmt = re.search(r'_FORMAT = "(.*)"', openrlhf._wheel_source("utils/logging_utils.py")).group(1)
+    formatter = logging.Formatter(fmt, datefmt="%m-%d %H:%M:%S")
+
+    def line(message: str) -> str:  # as the trainer actor prints it, with the prefix Ray gives an actor's output
+        record = logging.LogRecord("openrlhf", logging.INFO, "ppo_trainer.py", 551, message, None, None)
+        return "(PPOTrainer pid=4242) " + formatter.format(record)
+
+    status = {"policy_loss": -0.25, "rollout/reward_mean": 0.5, "kl": float("nan"), "format_fail": 0.0,
+              "timing/step_total": 3.5, "cla": 1.0}
+    log = ["$ python3 -m openrlhf.cli.train_ppo_ray ...", "Episode [1/1]:  50%|#####     | 1/2",
+           line(_wheel_line("trainer/ppo_trainer.py", "Global step", global_step=1, log_status=status)),
+           line(_wheel_line("trainer/ppo_trainer_async.py", "Global step", global_step=2,
+                            log_status=dict(status, cla=0.5))),
+           line(_wheel_line("trainer/ppo_trainer.py", "Evaluation completed", time_str="0:00:07", global_step=2,
+                            logs={"eval_default_pass1": 0.375, "eval_truncated_rate": 0.0})),
+           line(_wheel_line("trainer/ppo_trainer_async.py", "Eval at step", eval_step=4,
+                            eval_metrics={"eval_default_pass1": 0.5}))]
+    (tmp_path / "train.log").write_text("\n".join(log) + "\n")
+    rows = read_curves(tmp_path)
+    assert rows == [
+        {"type": "train", "step": 1, "openrlhf/policy_loss": -0.25, "reward_mean": 0.5, "kl": None, "format_ok": 1.0,
+         "step_seconds": 3.5, "csr": 1.0},
+        {"type": "train", "step": 2, "openrlhf/policy_loss": -0.25, "reward_mean": 0.5, "kl": None, "format_ok": 1.0,
+         "step_seconds": 3.5, "csr": 0.5},
+        {"type": "eval", "step": 2, "openrlhf/eval_default_pass1": 0.375, "eval_truncated_fraction": 0.0},
+        {"type": "eval", "step": 4, "openrlhf/eval_default_pass1": 0.5}]
+    # A job killed mid-line loses that line only; a broken line in the middle is named
+    (tmp_path / "train.log").write_text("\n".join(log[:3]) + "\n" + log[3][:-20])
+    assert len(read_curves(tmp_path)) == 1
+    (tmp_path / "train.log").write_text("\n".join([log[2][:-20]] + log[3:]) + "\n")
+    with pytest.raises(ValueError, match=r"train\.log:1: not a metrics dict"):
+        read_curves(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no TensorBoard events"):
+        read_curves(tmp_path / "nothing")
+
+
+def _rows_like_jsonl(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if v is not None} for r in rows]
+
+
+def test_embedded_trainer_events_read_back_as_its_metrics(tmp_path):
+    """The embedded trainer's own TensorBoard events, read with metrics.jsonl hidden, equal metrics.jsonl (its
+    None values are the figures TensorBoard never got)."""
+    from ifcore.jsonl import read_jsonl
+    from ifcore.train.grpo import train
+
+    data = _rows_file(tmp_path / "rows.jsonl", 4)
+    cfg = load_config(None, model=str(TINY), train_data=str(data), test_data=str(data), steps=2, prompts_per_step=2,
+                      group_size=2, max_new_tokens=8, micro_batch=4, eval_every=1, eval_prompts=2, eval_samples=1,
+                      save_every=2, threads=1, output_dir=str(tmp_path / "run"))
+    metrics = train(cfg, progress=False)
+    want = read_jsonl(metrics)
+    metrics.rename(metrics.with_name("hidden.jsonl"))
+    got = read_curves(tmp_path / "run")
+    assert [(r["type"], r["step"]) for r in got] == [(r["type"], r["step"]) for r in want]
+    for g, w in zip(got, _rows_like_jsonl(want)):
+        assert _close(g, w), (g, w)
+    assert {"reward_mean", "kl", "entropy", "csr", "step_seconds"} <= got[1].keys()
+    assert {"eval_isr", "eval_csr"} <= got[0].keys()
+
+
+def test_mapping_table_is_documented():
+    doc = (REPO / "docs" / "integrations.md").read_text(encoding="utf-8")
+    section = doc.split("## Notebooks on OpenRLHF: the openrlhf backend", 1)[1].split("\n## ", 1)[0]
+    for key, name in curves.RENAMES.items():
+        assert f"| {key} | {name} |" in section or f"| `{key}` | `{name}` |" in section, key
+    assert curves.__doc__.count("| ") >= len(curves.RENAMES)
+
+
+def test_evaluate_checkpoint_on_the_tiny_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))
+    summary = openrlhf.evaluate_checkpoint(TINY, "ifeval", tmp_path / "eval", limit=2, max_new_tokens=16)
+    assert summary["generation"]["prompts"] == 2 and summary["strict"]["prompts"] == 2
+    responses = [json.loads(x) for x in (tmp_path / "eval" / "responses.jsonl").read_text().splitlines()]
+    assert len(responses) == 2 and all(isinstance(r["response"], str) for r in responses)
+    assert summary["generation"]["model"].startswith("tiny_chat_llama")
+    assert 0 <= summary["strict"]["instruction_level"] <= 1 and not math.isnan(summary["loose"]["prompt_level"])
+    with pytest.raises(RuntimeError, match="ifcore eval ifeval --model .*nowhere failed"):
+        openrlhf.evaluate_checkpoint(tmp_path / "nowhere", "ifeval", tmp_path / "eval2", limit=2)
+
+
+@pytest.mark.slow
+def test_evaluate_checkpoint_through_an_endpoint(tmp_path, monkeypatch):
+    """The same checkpoint served by `transformers serve` on loopback (what vLLM would serve on a cluster):
+    the same greedy responses and scores as in-process."""
+    from ifcore.infer.serve import serve
+
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))
+    local = openrlhf.evaluate_checkpoint(TINY, "ifeval", tmp_path / "local", limit=2, max_new_tokens=16)
+    with serve(str(TINY)) as endpoint:
+        served = openrlhf.evaluate_checkpoint(TINY, "ifeval", tmp_path / "served", limit=2, max_new_tokens=16,
+                                              backend="openai", base_url=endpoint.base_url)
+    assert served["generation"]["model"] != local["generation"]["model"]  # not answered from the local cache
+    assert ((tmp_path / "served" / "responses.jsonl").read_text()
+            == (tmp_path / "local" / "responses.jsonl").read_text())
+    assert served["strict"] == local["strict"] and served["loose"] == local["loose"]

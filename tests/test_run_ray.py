@@ -1,0 +1,240 @@
+"""The Ray job backend (ifcore.run.ray_jobs, run_arms(backend="ray")) against a real one-node Ray cluster on
+loopback: a head started in a fresh network namespace (tests/ray_cluster.py), its job API driven over HTTP by
+ifcore's client from inside the same namespace.
+
+The scenario runs in that namespace as this file's __main__ and reports what it saw as JSON; the test checks it:
+`ifcore train` submitted as a job runs to SUCCEEDED, its logs reach RUN/train.log, its metrics.jsonl rows equal
+those of the same run trained locally, its TensorBoard events hold the same curves; a failed job is reported with
+its log tail; an interrupted sweep stops its job (STOPPED, no trainer process left). Backend "openrlhf" goes the
+same way with the job ifcore.run.openrlhf builds for the run (its files, working_dir, env_vars, and its OpenRLHF
+command checked by the pinned parser), whose command is replaced by one printing OpenRLHF's "Global step N: {...}"
+lines (OpenRLHF itself needs GPUs): metrics.jsonl is then written from them by ifcore.run.curves.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ray_cluster import LAUNCH
+
+from ifcore.run import ray_jobs
+
+REPO = Path(__file__).resolve().parents[1]
+# The small configuration of tests/test_sweep.py, with the shorter warm start of tests/test_notebooks.py: the rows
+# only have to be the same on the cluster and here, not to earn rewards.
+TINY_MODEL = dict(vocab_size=320, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
+                  max_positions=256, pairs=300, steps=30, batch_size=16, train_rows=64, test_rows=8)
+TINY_RUN = dict(prompts_per_step=4, group_size=4, max_new_tokens=32, micro_batch=16, eval_prompts=4,
+                eval_samples=1, eval_every=2, save_every=1, warm_start=TINY_MODEL)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_no_dashboard_is_named_before_anything_starts(tmp_path):
+    address = f"http://127.0.0.1:{_closed_port()}"
+    for call in (lambda: ray_jobs.version(address), lambda: ray_jobs.status(address, "raysubmit_x")):
+        with pytest.raises(ConnectionError, match=f"no Ray dashboard at {address} "):
+            call()
+    pytest.importorskip("torch")
+    from ifcore.train.sweep import run_arms
+
+    with pytest.raises(ConnectionError, match=f"no Ray dashboard at {address}"):
+        run_arms(["cla"], [0], 2, tmp_path / "runs", config=TINY_RUN, backend="ray", address=address[7:])
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(ValueError, match="ray://head:10001.*dashboard's http"):
+        ray_jobs.dashboard("ray://head:10001")
+    assert ray_jobs.dashboard(" 10.0.0.5:8265/ ") == "http://10.0.0.5:8265"
+
+
+@pytest.mark.slow
+def test_ray_jobs_on_a_loopback_cluster(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("a network namespace for the loopback cluster needs root (tests and CI run as root)")
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("unshare or ip (util-linux, iproute2) missing: no network namespace for the cluster")
+    pytest.importorskip("ray", reason="the `cluster` extra (make test installs it)")
+    pytest.importorskip("torch")
+    from ifcore.train.sft import WarmStartConfig, default_assets
+
+    cache = tmp_path / "cache"
+    env = {**os.environ, "IFCORE_CACHE": str(cache)}
+    os.environ["IFCORE_CACHE"] = str(cache)
+    try:
+        default_assets(WarmStartConfig(**TINY_MODEL), progress=False)  # built once, before any job needs it
+    finally:
+        os.environ.pop("IFCORE_CACHE")
+    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True, text=True)
+    if probe.returncode:
+        pytest.skip(f"unshare --net refused here: {probe.stderr.strip()}")
+    report = tmp_path / "report.json"
+    done = subprocess.run([*LAUNCH, sys.executable, str(REPO / "tests" / "ray_cluster.py"), "1",
+                           sys.executable, __file__, str(tmp_path), str(report)],
+                          env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0 and report.exists(), done.stdout[-3000:] + done.stderr[-5000:]
+    seen = json.loads(report.read_text())
+
+    # ifcore train as a Ray job: finished, its logs streamed into train.log, the same rows as a local run
+    run = seen["ray_run"]
+    assert run["status"] == ["trained"] and run["finished"], run
+    assert run["log"].startswith("$ ray job raysubmit_") and "at http://127.0.0.1:8265: python -m ifcore train" \
+        in run["log"] and "Running entrypoint for job" in run["log"] and "grpo cla" in run["log"], run["log"]
+    assert run["rows"] == seen["local_rows"] and [(r["type"], r["step"]) for r in run["rows"]] == \
+        [("eval", 0), ("train", 1), ("train", 2), ("eval", 2)]
+    assert run["columns"] == seen["local_columns"]
+    # the curves read back from its TensorBoard events are its metrics.jsonl rows (floats kept in 32 bits)
+    assert len(run["curves"]) == len(run["all_rows"])
+    for curve, row in zip(run["curves"], run["all_rows"]):
+        numbers = {k: v for k, v in row.items() if k not in ("type", "step") and isinstance(v, (int, float))}
+        assert (curve["type"], curve["step"]) == (row["type"], row["step"]) and curve.keys() - {"type", "step"} \
+            == numbers.keys() and all(curve[k] == pytest.approx(v, rel=1e-6, abs=1e-7) for k, v in numbers.items())
+    assert "reused: 1" in seen["again"]  # a second sweep reuses the run the cluster trained
+
+    # the client: a failed job is reported with its status, message and log tail
+    assert seen["failed"].startswith("ray job ") and "FAILED" in seen["failed"] and "exit code 3" in seen["failed"]
+    assert seen["failed"].rstrip().endswith("boom")
+    assert seen["streamed"] == seen["full_logs"] and "boom" in seen["streamed"]
+    assert seen["unknown"].endswith("/api/jobs/raysubmit_none: HTTP 404: Job raysubmit_none does not exist")
+
+    # an interrupted sweep: its job was waited on with a timeout, then stopped; no trainer is left
+    stop = seen["interrupt"]
+    assert stop["timeout"].startswith(f"ray job {stop['job']} at http://127.0.0.1:8265 still RUNNING after 0.5 s")
+    assert stop["interrupted"] and stop["status"] == "STOPPED", stop
+    assert f"sweep stopped: 1 unfinished ray jobs stopped ({stop['job']} (cla-seed1-" in stop["printed"]
+    assert stop["trainers_left"] == [] and 0 < stop["steps_done"] < 50
+
+    # backend openrlhf: the run's OpenRLHF job ran on the cluster from the repository, its curves became metrics.jsonl
+    orl = seen["openrlhf"]
+    assert orl["argv"][:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"] and orl["status"] == ["trained"]
+    assert "in the working_dir: True IFCORE_REWARD=cla" in orl["log"], orl["log"]
+    assert orl["rows"] == [{"type": "train", "step": s, "reward_mean": 0.25 * s, "kl": 0.01,
+                            "openrlhf/policy_loss": -0.5} for s in (1, 2)]
+    assert orl["arms"] == [["cla", 0], ["cla", 0]]
+    print("seconds per phase (provisional, a busy machine):", seen["seconds"])
+
+
+def scenario(work: Path, report: Path) -> None:
+    """Inside the namespace, with the cluster up at $RAY_ADDRESS: drive it, write what was seen to `report`."""
+    import contextlib
+    import io
+
+    import psutil
+
+    from ifcore.jsonl import read_jsonl
+    from ifcore.run import openrlhf
+    from ifcore.run.curves import read_curves
+    from ifcore.train.grpo import TIMING_KEYS
+    from ifcore.train.sweep import load_metrics, run_arms
+
+    address = os.environ["RAY_ADDRESS"]
+    seen = {"seconds": {}}
+    t0 = time.monotonic()
+
+    def lap(name):
+        nonlocal t0
+        seen["seconds"][name] = round(time.monotonic() - t0, 1)
+        t0 = time.monotonic()
+
+    def rows(path):
+        return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in read_jsonl(path / "metrics.jsonl")]
+
+    # 1. one arm x one seed on the cluster, then the same run here
+    runs = run_arms(["cla"], [0], 2, work / "ray_runs", config=TINY_RUN, workers=1, backend="ray", progress=False)
+    lap("ray run")
+    path = runs["path"][0]
+    seen["ray_run"] = {"status": list(runs["status"]), "finished": (path / "checkpoints" / "step_000002").is_dir(),
+                       "log": (path / "train.log").read_text(errors="replace"), "rows": rows(path),
+                       "columns": sorted(load_metrics(runs["path"]).columns), "curves": read_curves(path),
+                       "all_rows": read_jsonl(path / "metrics.jsonl")}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        run_arms(["cla"], [0], 2, work / "ray_runs", config=TINY_RUN, workers=1, backend="ray", progress=False)
+    seen["again"] = out.getvalue()
+    local = run_arms(["cla"], [0], 2, work / "local_runs", config=TINY_RUN, workers=1, progress=False)
+    seen["local_rows"] = rows(local["path"][0])
+    seen["local_columns"] = sorted(load_metrics(local["path"]).columns)
+    lap("reuse, local run")
+
+    # 2. a job that fails: streamed logs, and the error naming it
+    job = ray_jobs.submit(address, "python -c 'import sys; print(\"boom\"); sys.exit(3)'", metadata={"test": 1})
+    pieces = []
+    try:
+        ray_jobs.wait(address, job, timeout=120, poll=0.5, on_logs=pieces.append)
+        seen["failed"] = ""
+    except RuntimeError as e:
+        seen["failed"] = str(e)
+    seen["streamed"], seen["full_logs"] = "".join(pieces), ray_jobs.logs(address, job)
+    try:
+        ray_jobs.status(address, "raysubmit_none")
+    except LookupError as e:
+        seen["unknown"] = str(e)
+    lap("failed job")
+
+    # 3. a long sweep interrupted (the notebook's stop button) once its job has trained a step
+    stop = {"interrupted": False}
+    stop_dir = work / "stop_runs"
+
+    def interrupt():
+        try:
+            while not any('"type": "train"' in p.read_text() for p in stop_dir.glob("*/metrics.jsonl")):
+                time.sleep(0.2)
+            stop["job"] = next(stop_dir.glob("*/train.log")).read_text().split()[3]  # "$ ray job ID at ..."
+            ray_jobs.wait(address, stop["job"], timeout=0.5, poll=0.1)
+        except TimeoutError as e:
+            stop["timeout"] = str(e)
+        finally:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            run_arms(["cla"], [1], 50, stop_dir, config=TINY_RUN, workers=1, backend="ray", progress=False)
+    except KeyboardInterrupt:
+        stop["interrupted"] = True
+    stop["printed"] = out.getvalue()
+    stop["status"] = ray_jobs.status(address, stop["job"])["status"]
+    stop["steps_done"] = max(r["step"] for r in read_jsonl(next(stop_dir.glob("*/metrics.jsonl"))))
+    stop["trainers_left"] = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+                             if "ifcore" in (p.info["cmdline"] or []) and "train" in (p.info["cmdline"] or [])]
+    seen["interrupt"] = stop
+    lap("interrupted sweep")
+
+    # 4. backend openrlhf, its OpenRLHF command standing in for by one printing OpenRLHF's log lines
+    orl = {}
+    build = openrlhf.command
+
+    def command(cfg, run_dir, **kwargs):
+        orl["argv"] = build(cfg, run_dir, **kwargs)  # checked by the pinned release's parser
+        script = (f"import os\nprint('in the working_dir:', os.path.isfile({openrlhf.REWARD_MODULE!r}) and "
+                  f"os.getcwd() != {os.getcwd()!r}, 'IFCORE_REWARD=' + os.environ['IFCORE_REWARD'])\n")
+        for step in (1, 2):
+            script += f"print('Global step {step}:', {{'rollout/reward_mean': {0.25 * step}, 'kl': 0.01, " \
+                      "'policy_loss': -0.5})\n"
+        return ["python", "-c", script]
+
+    openrlhf.command = command
+    runs = run_arms(["cla"], [0], 2, work / "openrlhf_runs", config=TINY_RUN, workers=1, backend="openrlhf",
+                    progress=False)
+    orl.update(status=list(runs["status"]), log=(runs["path"][0] / "train.log").read_text(errors="replace"),
+               rows=read_jsonl(runs["path"][0] / "metrics.jsonl"),
+               arms=load_metrics(runs["path"])[["arm", "seed"]].values.tolist())
+    seen["openrlhf"] = orl
+    lap("openrlhf")
+    report.write_text(json.dumps(seen))
+
+
+if __name__ == "__main__":
+    scenario(Path(sys.argv[1]), Path(sys.argv[2]))
