@@ -167,6 +167,7 @@ def judge_session(base_url: str | None = None, model: str | None = None, serve: 
 
             endpoint = stack.enter_context(serve_model(serve))
             base_url, model = endpoint.base_url, endpoint.model
+            concurrency = 1  # transformers serve answers one request at a time: more would only queue into timeouts
         client = JudgeClient(base_url, model, concurrency=concurrency, **settings)
         sandbox = stack.enter_context(Sandbox(workers=tools)) if mode != "llm" else None
         tries = {} if retries is None else {"generation_retries": retries, "critique_retries": retries}
