@@ -157,9 +157,7 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
         while pending or running:
             while pending and len(running) < workers:
                 run = pending.pop(0)
-                run["path"].mkdir(parents=True, exist_ok=True)
-                (run["path"] / "run_config.json").write_text(json.dumps(asdict(run["cfg"]), indent=1))
-                (run["path"] / "sweep.json").write_text(json.dumps({"arm": run["arm"], "seed": run["seed"]}))
+                _write_run_files(run)
                 cmd = [sys.executable, "-m", "ifcore", "train", "--config", str(run["path"] / "run_config.json")]
                 log = open(run["path"] / "train.log", "a")
                 log.write(f"$ {' '.join(cmd)}\n")
@@ -230,9 +228,7 @@ def _ray_jobs(backend: str, pending: list, runs: list, steps: int, workers: int,
         while pending or running:
             while pending and len(running) < workers:
                 run = pending.pop(0)
-                run["path"].mkdir(parents=True, exist_ok=True)
-                (run["path"] / "run_config.json").write_text(json.dumps(asdict(run["cfg"]), indent=1))
-                (run["path"] / "sweep.json").write_text(json.dumps({"arm": run["arm"], "seed": run["seed"]}))
+                _write_run_files(run)
                 entrypoint = shlex.join(["python", "-m", "ifcore", "train", "--config",
                                          str(run["path"] / "run_config.json")])
                 job_env = runtime_env
@@ -290,6 +286,13 @@ def _ray_jobs(backend: str, pending: list, runs: list, steps: int, workers: int,
             stopped = ", ".join(f"{job} ({run['path'].name})" for job, run, _ in running)
             print(f"sweep stopped: {len(running)} unfinished ray jobs stopped ({stopped}); rerun to resume them",
                   flush=True)
+
+
+def _write_run_files(run: dict) -> None:
+    """The run folder with the config its trainer reads and the arm it belongs to (both backends)."""
+    run["path"].mkdir(parents=True, exist_ok=True)
+    (run["path"] / "run_config.json").write_text(json.dumps(asdict(run["cfg"]), indent=1))
+    (run["path"] / "sweep.json").write_text(json.dumps({"arm": run["arm"], "seed": run["seed"]}))
 
 
 def _arm_seed(path: Path) -> tuple[str, int]:
