@@ -1,6 +1,8 @@
 """Helpers several test files share (pytest puts tests/ on sys.path: `from helpers import ...`)."""
 from __future__ import annotations
 
+import gc
+import math
 import os
 import signal
 import subprocess
@@ -13,6 +15,23 @@ from ifcore.infer import registry
 REPO = Path(__file__).resolve().parents[1]
 # Read at collection, before any test moves IFCORE_CACHE: the dequantized SmolLM2 lives in the user's cache.
 USER_CACHE = registry.cache_dir()
+
+
+def cpu_seconds(fn, *args, repeat: int = 3) -> float:
+    """The least CPU time of `repeat` calls of fn(*args), the cyclic GC paused while each runs. Growth tests compare
+    these: late in a pytest run a full collection walks every object earlier tests left, and one landing in a timed
+    call made a linear 11x read 34x on CI. Other load only ever adds time, hence the least."""
+    best = math.inf
+    for _ in range(repeat):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.process_time()
+            fn(*args)
+            best = min(best, time.process_time() - start)
+        finally:
+            gc.enable()
+    return best
 
 
 def run_cli(capsys, *argv) -> tuple:

@@ -22,6 +22,7 @@ from ifcore.integrations import load_constraints, log_keys, validate_dataset
 from ifcore.integrations.trl import reward_fn as trl_reward_fn
 from ifcore.integrations.verl import compute_score
 from ifcore.schema import ConstraintError
+from helpers import cpu_seconds
 from test_integrations import LABEL, PROMPT, R, SCOPEIF_R, _openrlhf_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,16 +129,11 @@ def test_the_size_limit_bounds_the_cost_of_a_huge_response():
     unit = "The river runs cold. It carries snow.\n\n"
     small, huge = unit * (25_000 // len(unit)), unit * (1_000_000 // len(unit))
 
-    def best(response):
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            out = compute_score("d", response, LABEL, {"index": 0}, max_response_chars=20_000, budget_s="inf")
-            times.append(time.perf_counter() - t0)
-        return min(times), out
+    def score(response):
+        return compute_score("d", response, LABEL, {"index": 0}, max_response_chars=20_000, budget_s="inf")
 
-    (t_small, small_out), (t_huge, huge_out) = best(small), best(huge)
-    assert small_out["clipped"] == huge_out["clipped"] == 1.0
+    assert score(small)["clipped"] == score(huge)["clipped"] == 1.0
+    t_small, t_huge = cpu_seconds(score, small), cpu_seconds(score, huge)
     assert t_huge < 5 * t_small, (t_small, t_huge)
 
 

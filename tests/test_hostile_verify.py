@@ -20,16 +20,9 @@ from ifcore.patterns import compile_pattern
 from ifcore.text import Doc
 from ifcore.verify import Record, Verdict, verify_jsonl
 
+from helpers import cpu_seconds
+
 V = sys.modules["ifcore.verify"]  # the module (ifcore.verify is also the function)
-
-
-def cpu(fn, *args, repeat: int = 1) -> float:
-    best = math.inf
-    for _ in range(repeat):
-        t = time.process_time()
-        fn(*args)
-        best = min(best, time.process_time() - t)
-    return best
 
 
 def matches(pattern: str, **range_):
@@ -54,7 +47,7 @@ def test_nested_quantifiers_cost_what_a_plain_pattern_costs(pattern, tail):
     response = PROSE * 60 + tail
     hostile, plain = matches(pattern), matches(r"\w+")
     assert compile_pattern(pattern).linear == ("(?m)" not in pattern)
-    ratio = cpu(ifcore.verify, hostile, response, repeat=3) / cpu(ifcore.verify, plain, response, repeat=3)
+    ratio = cpu_seconds(ifcore.verify, hostile, response) / cpu_seconds(ifcore.verify, plain, response)
     assert ratio < 20
 
 
@@ -230,7 +223,7 @@ def _growth(constraint, make, n: int) -> float:
     small, big = make(n), make(10 * n)
     ifcore.verify(constraint, Doc(make(n // 10)))  # first-use tables out of the way
     run = lambda text: ifcore.verify(constraint, Doc(text))  # noqa: E731
-    return cpu(run, big) / cpu(run, small, repeat=3)
+    return cpu_seconds(run, big) / cpu_seconds(run, small)
 
 
 @pytest.mark.parametrize("name,constraint,make,n", [

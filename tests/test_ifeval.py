@@ -9,13 +9,14 @@ import random
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ifcore.bench import ifeval
 from ifcore.cli import main
+
+from helpers import cpu_seconds
 
 DATA = Path(__file__).parent / "data" / "ifeval"
 GPT4 = DATA / "input_response_data_gpt4_20231107_145030.jsonl"
@@ -224,14 +225,8 @@ def test_linear_time_rewrites_match_the_official_regexes(instruction_id, kwargs,
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 16)))
         assert check(text) == official(text), repr(text)
     for unit in ("[", "\n", " \n", "<<"):  # runs of these are quadratic for the regexes
-        def cpu(text):
-            start = time.process_time()
-            check(text)
-            return time.process_time() - start
-
         # Ten times the text, about ten times the time (not a hundred); no absolute bound on a shared machine.
-        # The least of three runs each: other load only ever adds time.
-        small, big = (min(cpu(unit * n) for _ in range(3)) for n in (50_000, 500_000))
+        small, big = (cpu_seconds(check, unit * n) for n in (50_000, 500_000))
         assert big < 30 * small
 
 
