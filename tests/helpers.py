@@ -1,12 +1,16 @@
 """Helpers several test files share (pytest puts tests/ on sys.path: `from helpers import ...`)."""
 from __future__ import annotations
 
+import contextlib
 import gc
+import json
 import math
 import os
 import signal
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ifcore.cli import main
@@ -57,3 +61,44 @@ def train_killed_at_step(cmd: list, metrics: Path, step: int = 3, timeout: float
         time.sleep(0.01)
     assert proc.wait(timeout=60) == -signal.SIGKILL, "the run ended before it could be killed"
     return env
+
+
+class ChatHandler(BaseHTTPRequestHandler):
+    """The plumbing of the loopback OpenAI-compatible servers the tests script: silent, JSON in and out.
+    A subclass writes do_POST; `rec` is the recorder `loopback` binds."""
+    rec = None
+
+    def log_message(self, *args):
+        pass
+
+    def _body(self) -> dict:
+        return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+    def _send(self, status: int, payload, headers=()):
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _reply(self, body: dict, text: str):
+        """A chat completion whose one choice says `text`."""
+        self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": text}}]})
+
+
+@contextlib.contextmanager
+def loopback(handler: type, rec):
+    """Serve `handler` bound to `rec` on 127.0.0.1 in a thread; yields the base URL (…/v1) and stops the server."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("Bound" + handler.__name__, (handler,), {"rec": rec}))
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -17,10 +17,12 @@ out of bounds). A `CASE:<name>` marker in the constraint scripts the faults of r
   refused       HTTP 400 on every request
 `Recorder` counts requests per prompt kind and keeps every body, so tests assert on work done, never on time.
 """
+import contextlib
 import json
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from helpers import ChatHandler, loopback
 
 LIMIT = 120  # the scripted judge's bound on words
 
@@ -87,14 +89,11 @@ def _kind(prompt: str) -> str:
     return "judgment"
 
 
-class Handler(BaseHTTPRequestHandler):
-    rec: Recorder = None
-
-    def log_message(self, *args):
-        pass
+class Handler(ChatHandler):
+    rec: Recorder
 
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self._body()
         prompt = body["messages"][-1]["content"]
         kind = _kind(prompt)
         constraint = _between(prompt, "the Constraint")
@@ -104,10 +103,7 @@ class Handler(BaseHTTPRequestHandler):
             self.rec.bodies.append(body)
         if case in ("down", "refused"):
             return self._send(503 if case == "down" else 400, {"error": {"message": f"scripted {case}"}})
-        self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                         "choices": [{"index": 0, "finish_reason": "stop",
-                                      "message": {"role": "assistant",
-                                                  "content": self._answer(kind, case, prompt, body)}}]})
+        self._reply(body, self._answer(kind, case, prompt, body))
 
     def _answer(self, kind: str, case: str, prompt: str, body: dict) -> str:
         if kind == "targets":
@@ -132,19 +128,10 @@ class Handler(BaseHTTPRequestHandler):
             return judgment(True, LIMIT + 5)
         return judgment(1 <= actual <= LIMIT, actual)
 
-    def _send(self, status: int, payload: dict):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
-
-def start() -> tuple[ThreadingHTTPServer, Recorder, str]:
-    """(server, recorder, base URL); stop it with server.shutdown() and server.server_close()."""
+@contextlib.contextmanager
+def serve():
+    """Yields (recorder, base URL) of a scripted judge on loopback, stopped on exit."""
     rec = Recorder()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("BoundHandler", (Handler,), {"rec": rec}))
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return httpd, rec, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    with loopback(Handler, rec) as url:
+        yield rec, url

@@ -1,6 +1,4 @@
 """The OpenRLHF, TRL and verl adapters, each called the way its framework calls it, and validate-dataset."""
-import argparse
-import ast
 import asyncio
 import importlib.util
 import json
@@ -10,9 +8,7 @@ import shlex
 import subprocess
 import sys
 import types
-import zipfile
 from collections import defaultdict
-from datetime import datetime
 from functools import partial
 from pathlib import Path
 
@@ -25,10 +21,10 @@ from hypothesis import strategies as st
 from ifcore.cli import main
 from ifcore.integrations import load_constraints, log_keys, sample_logs, scope_class
 from ifcore.rewards import score_response
+from ifcore.run import openrlhf
 from ifcore.schema import Constraint, ConstraintError
 
 REPO = Path(__file__).resolve().parents[1]
-OPENRLHF_WHEELS = REPO / ".cache" / "openrlhf-0.11.2"
 MODULE = "ifcore/integrations/openrlhf_reward.py"
 
 R = """The river runs cold. It carries snow from the hills.
@@ -52,36 +48,6 @@ NASTY = ["", "<think>", "</think>", "<think></think><think>", "<answer>", "\x00\
 
 # ---- OpenRLHF: the launch command against the pinned release's own parser ----------------------------------
 
-def _wheel_source(member: str) -> str:
-    wheels = sorted(OPENRLHF_WHEELS.glob("openrlhf-0.11.2-*.whl"))
-    if not wheels:
-        pytest.fail(f"no openrlhf 0.11.2 wheel in {OPENRLHF_WHEELS}: run `make install` (it downloads it)")
-    with zipfile.ZipFile(wheels[0]) as z:
-        (name,) = [n for n in z.namelist() if n.endswith(f"openrlhf/{member}")]
-        return z.read(name).decode("utf-8")
-
-
-def _openrlhf_parse(argv: list[str]):
-    """Run train_ppo_ray.py's `__main__` block with `argv`: its parser, then its own checks, not train()."""
-    tree = ast.parse(_wheel_source("cli/train_ppo_ray.py"))
-    (block,) = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
-    body = []
-    for node in block.body:
-        src = ast.unparse(node)
-        if src == "train(args)":
-            break
-        if src.startswith("from openrlhf.utils.config import"):
-            continue  # hierarchize comes from the wheel's config.py below
-        if src == "args = parser.parse_args()":
-            node = ast.parse("args = parser.parse_args(ARGV)").body[0]
-        body.append(node)
-    assert any(ast.unparse(n) == "args = parser.parse_args(ARGV)" for n in body)
-    ns = {"argparse": argparse, "datetime": datetime, "ARGV": argv}
-    exec(compile(_wheel_source("utils/config.py"), "openrlhf/utils/config.py", "exec"), ns)
-    exec(compile(ast.Module(body=body, type_ignores=[]), "openrlhf/cli/train_ppo_ray.py", "exec"), ns)
-    return ns["parser"], ns["args"]
-
-
 def _launch_commands() -> list[list[str]]:
     """Every bash block of docs/integrations.md and README.md that launches OpenRLHF's PPO/GRPO trainer."""
     out = []
@@ -101,7 +67,7 @@ def test_launch_command_matches_openrlhf_0_11_2(capsys):
         env = dict(t.split("=", 1) for t in tokens[:i] if "=" in t)
         argv = tokens[i + 1:]
         try:
-            parser, args = _openrlhf_parse(argv)
+            parser, args = openrlhf.parse(argv)
         except SystemExit:
             pytest.fail(f"openrlhf 0.11.2 rejects the command: {capsys.readouterr().err}")
         for flag in (t for t in argv if t.startswith("--")):  # exact names: argparse would accept prefixes
@@ -115,10 +81,10 @@ def test_launch_command_matches_openrlhf_0_11_2(capsys):
 
 def test_parser_check_catches_a_bad_flag(capsys):
     with pytest.raises(SystemExit):
-        _openrlhf_parse(["--reward.remote_url", MODULE, "--advantage_estimator", "group_norm"])
+        openrlhf.parse(["--reward.remote_url", MODULE, "--advantage_estimator", "group_norm"])
     assert "unrecognized arguments" in capsys.readouterr().err
     with pytest.raises(AssertionError, match="n_samples_per_prompt"):  # the script's own check runs too
-        _openrlhf_parse(["--reward.remote_url", MODULE, "--algo.advantage.estimator", "group_norm"])
+        openrlhf.parse(["--reward.remote_url", MODULE, "--algo.advantage.estimator", "group_norm"])
 
 
 # ---- OpenRLHF: the module run by the release's own SingleTurnAgentExecutor ---------------------------------
@@ -134,7 +100,7 @@ def executor_cls(monkeypatch):
     for name, module in stubs.items():
         monkeypatch.setitem(sys.modules, name, module)
     ns = {"__name__": "openrlhf.utils.agent"}
-    exec(compile(_wheel_source("utils/agent.py"), "openrlhf/utils/agent.py", "exec"), ns)
+    exec(compile(openrlhf._wheel_source("utils/agent.py"), "openrlhf/utils/agent.py", "exec"), ns)
     return ns["SingleTurnAgentExecutor"]
 
 

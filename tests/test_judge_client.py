@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -16,6 +15,8 @@ from ifcore.judge import client as client_module
 from ifcore.judge.client import JudgeClient, JudgeError
 from ifcore.judge.prompts import (JudgeParseError, critique_prompt, last_fence, loads_lenient, parse_critique,
                                   parse_targets, parse_tool, parse_verdict, target_prompt, tool_prompt)
+
+from helpers import ChatHandler, loopback
 
 KEY = "sk-test-SECRET-8d1f0c"
 
@@ -86,25 +87,12 @@ def _case(body: dict) -> str:
     return found[1] if found else "default"
 
 
-class Handler(BaseHTTPRequestHandler):
-    rec: Recorder = None
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, status: int, payload, headers=()):
-        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in headers:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+class Handler(ChatHandler):
+    rec: Recorder
 
     def do_POST(self):
         rec = self.rec
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self._body()
         case = _case(body)
         with rec.lock:
             n = rec.counts[case] = rec.counts.get(case, 0) + 1
@@ -142,25 +130,15 @@ class Handler(BaseHTTPRequestHandler):
             self.rec.reached.set()
         if case.startswith("order"):  # earlier prompts answer later, so completion order differs
             self.rec.stop.wait(0.02 * (10 - int(case[5:])))
-        text = RECORDED.get(case, f"echo {case} temperature={body.get('temperature')}")
-        self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                         "choices": [{"index": 0, "finish_reason": "stop",
-                                      "message": {"role": "assistant", "content": text}}]})
+        self._reply(body, RECORDED.get(case, f"echo {case} temperature={body.get('temperature')}"))
 
 
 @pytest.fixture
 def server():
     rec = Recorder()
-    handler = type("BoundHandler", (Handler,), {"rec": rec})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    rec.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    yield rec
-    rec.stop.set()
-    httpd.shutdown()
-    httpd.server_close()
+    with loopback(Handler, rec) as rec.url:
+        yield rec
+        rec.stop.set()  # release a hanging request before the server waits for it
 
 
 @pytest.fixture

@@ -104,9 +104,7 @@ def execute(path: Path, cwd: Path, shared: Path, tmp_path: Path, monkeypatch, **
     out = tmp_path / path.name
     with contextlib.ExitStack() as stack:
         if "judge_url" in papermill.inspect_notebook(str(path)):  # the judge section: a scripted judge on loopback
-            httpd, _, params["judge_url"] = scripted_judge.start()
-            stack.callback(httpd.server_close)
-            stack.callback(httpd.shutdown)
+            _, params["judge_url"] = stack.enter_context(scripted_judge.serve())
         papermill.execute_notebook(str(path), str(out), parameters=params, kernel_name="python3", progress_bar=False)
     nb = nbformat.read(out, as_version=4)
     outputs = [o for c in nb.cells for o in c.get("outputs", [])]

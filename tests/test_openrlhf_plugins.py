@@ -21,7 +21,8 @@ from ifcore.advantages import group_norm, superior_cot_keep, token_rtt
 from ifcore.rewards import raif
 
 REPO = Path(__file__).resolve().parents[1]
-PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX",
+PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED", "IFCORE_RTT_DISCRIMINATOR",
+              "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX", "IFCORE_RAIF_FILTER",
               "IFCORE_BC_COEF", "IFCORE_BC_DATA", "IFCORE_BC_BATCH")
 
 
@@ -202,8 +203,9 @@ def test_rtt_advantages_equal_ifcore_advantages(openrlhf_module, n, groups, micr
     maker = _maker(em, n, micro)
     plain = maker.compute_advantages_and_returns(_batches(maker, copy.deepcopy(samples)))
     beta = data.draw(st.sampled_from([0.25, 0.5, 1.0]))
+    mode = data.draw(st.sampled_from(["intra", "inter"]))  # RTT's normalization, and the inter-sample ablation
     got = plugins.add_rtt(maker, maker.compute_advantages_and_returns(_batches(maker, samples)), beta,
-                          fake_relevance)
+                          fake_relevance, mode)
     adv = {i: (e.advantages[j], e.action_mask[j]) for e in got for j, i in enumerate(e.index)}
     base = {i: e.advantages[j] for e in plain for j, i in enumerate(e.index)}
     a_res = group_norm(np.array(rewards).reshape(groups, n))
@@ -220,7 +222,7 @@ def test_rtt_advantages_equal_ifcore_advantages(openrlhf_module, n, groups, micr
             satisfied.append(_satisfied(texts[i]))
             positions.append(pos)
         # RTT eq. 7 with alpha = 1: OpenRLHF's response advantage plus beta A_tok
-        expected = token_rtt(relevance, satisfied, a_res[g], alpha=1.0, beta=beta)
+        expected = token_rtt(relevance, satisfied, a_res[g], alpha=1.0, beta=beta, mode=mode)
         for k, i in enumerate(rows):
             a, mask = adv[i]
             assert torch.allclose(base[i][mask.bool()], torch.tensor(a_res[g][k], dtype=torch.float32), atol=1e-5)
@@ -325,6 +327,29 @@ def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, mon
     plain = originals[0](maker, _batches(maker, copy.deepcopy(samples)))
     assert any(not torch.equal(a.advantages, b.advantages) for a, b in zip(got, plain))  # RTT moved something
 
+    # RTT's ablations: p = 1 leaves OpenRLHF's advantages as they are (A_tok = 0); p ~ U[0, 1] is the seed's stream
+    assert plugins._relevance_fn("uniform")(["a", "b"], [[5, 6, 7], [8]])[0].tolist() == [1.0, 1.0, 1.0]
+    uniform = plugins.add_rtt(maker, originals[0](maker, _batches(maker, copy.deepcopy(samples))), 0.5,
+                              plugins._relevance_fn("uniform"))
+    assert all(torch.equal(a.advantages, b.advantages) for a, b in zip(uniform, plain))
+    monkeypatch.setenv("IFCORE_RTT_SEED", "7")
+    draws = [plugins.add_rtt(maker, originals[0](maker, _batches(maker, copy.deepcopy(samples))), 0.5,
+                             plugins._relevance_fn("random")) for _ in range(2)]
+    assert all(torch.equal(a.advantages, b.advantages) for a, b in zip(*draws))  # one seed, one stream
+    rng = np.random.default_rng(7)
+    assert plugins._relevance_fn("random")([""], [[1, 2, 3]])[0].tolist() == rng.random(3).tolist()
+    assert any(not torch.equal(a.advantages, b.advantages) for a, b in zip(draws[0], plain))
+    for var, value, message in [("IFCORE_RTT_SEED", "-1", "IFCORE_RTT_SEED must be a non-negative integer"),
+                                ("IFCORE_RTT_RELEVANCE", "uniformly", "IFCORE_RTT_RELEVANCE must be 'verifier', "),
+                                ("IFCORE_RTT_MODE", "intra-sample", "IFCORE_RTT_MODE must be 'intra' or 'inter'"),
+                                ("IFCORE_RAIF_FILTER", "no", "IFCORE_RAIF_FILTER must be 'on' or 'off'")]:
+        with monkeypatch.context() as m:
+            m.setenv("IFCORE_RTT_RELEVANCE", "random")
+            m.setenv("IFCORE_RAIF_NOTHINK", "1")
+            m.setenv(var, value)
+            with pytest.raises(ValueError, match=message):
+                plugins.install()
+
     maker.strategy.args.algo.advantage.estimator = maker.advantage_estimator = "rloo"
     with pytest.raises(ValueError, match="estimator is 'rloo'"):
         maker.compute_advantages_and_returns(_batches(maker, copy.deepcopy(samples)))
@@ -383,12 +408,13 @@ def test_superior_cot_filter_keeps_what_ifcore_keeps(openrlhf_module, n, k, batc
     engine = FakeEngine(outcomes, plugins.NOTHINK_SUFFIX)
     gen = _generator(module, n, batch)
     gen.vllm_engines = [engine]
-    paired = plugins._paired_generate(module.SamplesGenerator._generate_vllm, k, plugins.NOTHINK_SUFFIX)
+    keep_all = data.draw(st.booleans())  # IFCORE_RAIF_FILTER=off: paired rollouts, every group kept (02's grpo)
+    paired = plugins._paired_generate(module.SamplesGenerator._generate_vllm, k, plugins.NOTHINK_SUFFIX, keep_all)
     loader = iter([(None, [p], [LABEL], [None]) for p in prompts])
     got, consumed, _ = paired(gen, loader, batch, True, n_samples_per_prompt=n, max_new_tokens=8)
 
-    keep = [p for p in prompts if superior_cot_keep([_accuracy(*o) for o in outcomes[p][:n - k]],
-                                                    [_accuracy(*o) for o in outcomes[p][n - k:]])]
+    keep = [p for p in prompts if keep_all or superior_cot_keep([_accuracy(*o) for o in outcomes[p][:n - k]],
+                                                                [_accuracy(*o) for o in outcomes[p][n - k:]])]
     # OpenRLHF's refill: each dropped group is replaced by the next prompt while the loader lasts
     accepted, used = [], 0
     for p in prompts:

@@ -8,7 +8,6 @@ The filter tests hand-build groups: `generate` is replaced by a table of respons
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -283,15 +282,9 @@ RAIF_RUN = dict(reward="raif", prompts_per_step=4, group_size=4, max_new_tokens=
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("raif_cache")
-    before = os.environ.get("IFCORE_CACHE")
-    os.environ["IFCORE_CACHE"] = str(root)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IFCORE_CACHE", str(root))
         return default_assets(WarmStartConfig(**TINY_MODEL), progress=False)
-    finally:
-        if before is None:
-            del os.environ["IFCORE_CACHE"]
-        else:
-            os.environ["IFCORE_CACHE"] = before
 
 
 def _rows(metrics: Path) -> list[dict]:

@@ -62,13 +62,8 @@ def _notebook_configs() -> list[tuple[str, dict]]:
 CONFIGS = _notebook_configs()
 
 
-# What the plug-ins (ifcore/integrations/openrlhf_plugins.py) cannot do as the embedded trainer does: refused by name.
-REFUSED = {"02/grpo": "nothink_share", "04/rtt_inter": "token_advantages", "04/random": "token_advantages"}
-
-
 def _command(cfg: dict, run: str = "/cluster/runs/x", **kw) -> list[str]:
     chat = cfg["reward"] != "raif"  # RAIF's CoT prompts are written formatted
-    kw = {"rtt_relevance": "verifier", **kw}
     return openrlhf.command(cfg, run, model="/cluster/policy", prompt_data="/cluster/train.jsonl", n_prompts=4000,
                             eval_data="/cluster/test.jsonl", chat_template=chat, **kw)
 
@@ -77,10 +72,6 @@ def _command(cfg: dict, run: str = "/cluster/runs/x", **kw) -> list[str]:
 def test_notebook_commands_parse(arm, cfg):
     if cfg["bc_coef"]:
         cfg = dict(cfg, bc_data="/cluster/expert.jsonl")
-    if arm in REFUSED:
-        with pytest.raises(ValueError, match=f"^{REFUSED[arm]}: "):
-            _command(cfg)
-        return
     argv = _command(cfg)
     assert argv[:3] == ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
     parser, args = openrlhf.parse(argv[3:])
@@ -104,20 +95,28 @@ def test_notebook_commands_parse(arm, cfg):
     assert args.actor.entropy_coef == 0  # entropy logged, not in the loss
     assert args.data.apply_chat_template == (cfg["reward"] != "raif")
 
-    env = openrlhf.reward_env(cfg, "verifier")
+    env = openrlhf.reward_env(cfg)
     assert env["IFCORE_REWARD"] == cfg["reward"] and float(env["IFCORE_ALPHA"]) == cfg["alpha"]
     assert env["IFCORE_THINK"] == ("raif" if cfg["reward"] == "raif" else "auto")
-    rtt, supcot = cfg["token_advantages"] == "rtt", cfg["superior_cot"] == "group"
-    assert ("IFCORE_RTT_BETA" in env) == rtt and ("IFCORE_RAIF_NOTHINK" in env) == supcot
-    assert ("IFCORE_BC_COEF" in env) == bool(cfg["bc_coef"]) and args.algo.dynamic_filtering_enable == supcot
-    if rtt:
-        assert (float(env["IFCORE_RTT_BETA"]), env["IFCORE_RTT_RELEVANCE"]) == (cfg["rtt_beta"], "verifier")
-    if supcot:
+    mode, supcot, paired = cfg["token_advantages"], cfg["superior_cot"] == "group", bool(cfg["nothink_share"])
+    assert ("IFCORE_RTT_BETA" in env) == (mode != "broadcast") and ("IFCORE_RAIF_NOTHINK" in env) == paired
+    assert ("IFCORE_BC_COEF" in env) == bool(cfg["bc_coef"]) and args.algo.dynamic_filtering_enable == paired
+    if mode != "broadcast":  # every token-advantage arm of notebook 04, as the plug-ins read it
+        seed = str(cfg["seed"])
+        assert float(env["IFCORE_RTT_BETA"]) == cfg["rtt_beta"]
+        assert {k: v for k, v in env.items() if k.startswith("IFCORE_RTT_") and k != "IFCORE_RTT_BETA"} == {
+            "rtt": {"IFCORE_RTT_RELEVANCE": openrlhf.SAVED_RELEVANCE, "IFCORE_RTT_DISCRIMINATOR": "/cluster/disc"},
+            "rtt_inter": {"IFCORE_RTT_RELEVANCE": openrlhf.SAVED_RELEVANCE, "IFCORE_RTT_DISCRIMINATOR": "/cluster/disc",
+                          "IFCORE_RTT_MODE": "inter"},
+            "uniform": {"IFCORE_RTT_RELEVANCE": "uniform"},
+            "random": {"IFCORE_RTT_RELEVANCE": "random", "IFCORE_RTT_SEED": seed}}[mode]
+    if paired:  # 02: every arm pairs a quarter of each group with no-think rollouts; only supcot* filter them
         assert env["IFCORE_RAIF_NOTHINK"] == "1" and args.algo.dynamic_filtering_range == [-0.01, 1.01]
-    on = rtt or supcot or bool(cfg["bc_coef"])
+        assert env.get("IFCORE_RAIF_FILTER") == (None if supcot else "off")
+    on = mode != "broadcast" or paired or bool(cfg["bc_coef"])
 
     spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model="/cluster/policy", prompt_data="/cluster/train.jsonl",
-                             n_prompts=4000, chat_template=cfg["reward"] != "raif", rtt_relevance="verifier")
+                             n_prompts=4000, chat_template=cfg["reward"] != "raif")
     assert shlex.split(spec["entrypoint"])[:3] == argv[:3] and spec["runtime_env"]["env_vars"] == env
     assert spec["runtime_env"]["working_dir"] == str(REPO)
     assert spec["runtime_env"].get("worker_process_setup_hook") == (openrlhf.PLUGINS_HOOK if on else None)
@@ -139,8 +138,9 @@ def test_bad_flag_is_named():
 
 def test_unsupported_options_are_refused_by_name():
     by_arm = dict(CONFIGS)
-    with pytest.raises(ValueError, match="^rtt_discriminator: .* pass rtt_relevance"):
-        _command(by_arm["04/rtt"], rtt_relevance=None)
+    with pytest.raises(ValueError, match="^rtt_discriminator: token_advantages rtt_inter needs a discriminator"):
+        _command(dict(by_arm["04/rtt_inter"], rtt_discriminator=None))
+    assert openrlhf.reward_env(by_arm["04/rtt"], "verifier")["IFCORE_RTT_RELEVANCE"] == "verifier"  # in its place
     with pytest.raises(ValueError, match="^rtt_alpha: 0.5 has no OpenRLHF counterpart"):
         _command(dict(by_arm["04/rtt"], rtt_alpha=0.5))
     with pytest.raises(ValueError, match="^superior_cot: 'reference'"):
@@ -207,6 +207,44 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
     argv = shlex.split(spec["entrypoint"])
     assert "--data.apply_chat_template" not in argv and "--algo.dynamic_filtering_enable" in argv
     assert argv[argv.index("--data.max_samples") + 1] == "6" and argv[argv.index("--train.num_episodes") + 1] == "1"
+
+
+def test_an_rtt_run_hands_its_discriminator_to_the_plugins(tmp_path, monkeypatch):
+    """Notebook 04's RTT arm on OpenRLHF: the job's environment names the run's discriminator folder, the plug-ins'
+    relevance (ifcore.train.rtt:saved_relevance) is that discriminator's, and one trained on another tokenizer is
+    refused before anything is submitted."""
+    import shutil
+
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from ifcore.train import rtt
+
+    disc = rtt.Discriminator.from_backbone(str(TINY), seed=3)
+    disc.save_pretrained(tmp_path / "disc")
+    data = _rows_file(tmp_path / "rows.jsonl", 4)
+    cfg = asdict(load_config(None, model=str(TINY), train_data=str(data), test_data=str(data), reward="scopeif",
+                             token_advantages="rtt_inter", rtt_discriminator=str(tmp_path / "disc"), rtt_beta=0.25,
+                             eval_prompts=2, steps=2, prompts_per_step=2))
+    files = openrlhf.job_files(cfg, tmp_path / "run")
+    env = openrlhf.job_spec(files.pop("cfg"), tmp_path / "run", **files)["runtime_env"]["env_vars"]
+    assert (env["IFCORE_RTT_BETA"], env["IFCORE_RTT_MODE"], env["IFCORE_RTT_DISCRIMINATOR"]) == (
+        "0.25", "inter", str(tmp_path / "disc"))
+    module, _, name = env["IFCORE_RTT_RELEVANCE"].partition(":")
+    relevance = getattr(__import__(module, fromlist=[name]), name)
+    ids = AutoTokenizer.from_pretrained(TINY)("The river runs cold.", add_special_tokens=False).input_ids
+    monkeypatch.setenv("IFCORE_RTT_DISCRIMINATOR", env["IFCORE_RTT_DISCRIMINATOR"])
+    got = relevance(["Use the word river.", "Two sentences."], [ids, ids])
+    want = disc.eval().relevance(["Use the word river.", "Two sentences."], [ids, ids])
+    assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(got, want)) and len(got[0]) == len(ids)
+
+    other = tmp_path / "other"
+    shutil.copytree(tmp_path / "disc", other)
+    tokenizer = AutoTokenizer.from_pretrained(other)
+    tokenizer.add_tokens(["zzqx"])
+    tokenizer.save_pretrained(other)
+    with pytest.raises(ValueError, match="^rtt_discriminator: the tokenizer of .* differs from the policy's"):
+        openrlhf.job_files(dict(cfg, rtt_discriminator=str(other)), tmp_path / "run2")
 
 
 # ---- curves ---------------------------------------------------------------------------------------------------

@@ -39,15 +39,9 @@ TINY_RUN = dict(prompts_per_step=4, group_size=4, max_new_tokens=32, micro_batch
 def cache(tmp_path_factory):
     """A cache holding the tiny default policy and data, built once for the module."""
     root = tmp_path_factory.mktemp("cache")
-    before = os.environ.get("IFCORE_CACHE")
-    os.environ["IFCORE_CACHE"] = str(root)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IFCORE_CACHE", str(root))
         default_assets(WarmStartConfig(**TINY_MODEL), progress=False)
-    finally:
-        if before is None:
-            del os.environ["IFCORE_CACHE"]
-        else:
-            os.environ["IFCORE_CACHE"] = before
     return root
 
 

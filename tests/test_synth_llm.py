@@ -10,7 +10,6 @@ import json
 import re
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -22,6 +21,8 @@ from ifcore.synth import llm_combinations, llm_dataset, seed_instructions
 from ifcore.synth_prompts import (PROMPTS, atomic_prompt, checklist_quality_prompt, crossover_prompt,
                                   instruction_quality_prompt, normalize_scope, parse_atomic, parse_crossover,
                                   parse_quality)
+
+from helpers import ChatHandler, loopback
 
 KEY = "sk-synth-SECRET-41c9"
 GOOD = ["Write a poem about rivers.", "Describe a harbor at dawn."]
@@ -105,22 +106,9 @@ def quality_reply(kind: str, prompt: str) -> str:
     return f"Analysis: checked.\nFinal Conclusion: [[{'Low' if low in instruction else 'High'} Quality]]"
 
 
-class Handler(BaseHTTPRequestHandler):
-    rec = None
-
-    def log_message(self, *args):
-        pass
-
-    def _send(self, status: int, payload: dict):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
+class Handler(ChatHandler):
     def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        body = self._body()
         prompt = body["messages"][-1]["content"]
         kind = _kind(prompt)
         with self.rec.lock:
@@ -141,23 +129,15 @@ class Handler(BaseHTTPRequestHandler):
             text = quality_reply(kind, prompt)
         with self.rec.lock:
             self.rec.replies.append((kind, text))
-        self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                         "choices": [{"index": 0, "finish_reason": "stop",
-                                      "message": {"role": "assistant", "content": text}}]})
+        self._reply(body, text)
 
 
 @pytest.fixture
 def server():
     rec = type("Rec", (), {})()
     rec.lock, rec.requests, rec.prompts, rec.replies, rec.auth = threading.Lock(), Counter(), [], [], set()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("Bound", (Handler,), {"rec": rec}))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    rec.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    yield rec
-    httpd.shutdown()
-    httpd.server_close()
+    with loopback(Handler, rec) as rec.url:
+        yield rec
 
 
 @pytest.fixture

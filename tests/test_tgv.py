@@ -31,11 +31,9 @@ def sandbox():
 
 @pytest.fixture
 def server():
-    httpd, rec, url = scripted_judge.start()
-    rec.url = url
-    yield rec
-    httpd.shutdown()
-    httpd.server_close()
+    with scripted_judge.serve() as (rec, url):
+        rec.url = url
+        yield rec
 
 
 @pytest.fixture

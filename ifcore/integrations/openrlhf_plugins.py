@@ -13,21 +13,26 @@ wrapper that calls the original (`method.__wrapped__` is the original; nothing i
 unset, so the unpatched path is OpenRLHF's own):
 
 - IFCORE_RTT_BETA=b (> 0): RemoteExperienceMaker.compute_advantages_and_returns runs OpenRLHF's, then adds
-  b x A_tok (RTT eq. 7, intra-sample token normalization: ifcore.advantages.token_rtt) to each response's answer
-  tokens. Needs --algo.advantage.estimator group_norm. The relevance p comes from IFCORE_RTT_RELEVANCE:
+  b x A_tok (RTT eq. 7: ifcore.advantages.token_rtt) to each response's answer tokens. Needs
+  --algo.advantage.estimator group_norm. IFCORE_RTT_MODE: "intra" (default, RTT's intra-sample token
+  normalization) or "inter" (the inter-sample ablation). The relevance p comes from IFCORE_RTT_RELEVANCE:
   "verifier" (default) -- the verifier's evidence spans through RTT's taxonomy (ifcore.rtt_labels), exact for
-  schema constraints and 0 for judged ones -- or "module:function", a callable(criteria texts, response token ids)
-  -> one array of p per response token (the signature of ifcore.train.rtt.Discriminator.relevance), run in the
-  trainer actor (a CPU process in 0.11.2: a large discriminator is slow there). Why not from the reward function:
-  OpenRLHF keeps one float per `extra_logs` key and sample (samples_generator: `value.flatten()[0].item()`), so
-  token spans cannot pass through it; the verdicts are recomputed here from the decoded response and its label.
+  schema constraints and 0 for judged ones --, "uniform" (p = 1: A_tok = 0, RTT's uniform ablation), "random"
+  (p ~ U[0, 1] from a generator seeded by IFCORE_RTT_SEED, default 0: RTT's random ablation) or "module:function",
+  a callable(criteria texts, response token ids) -> one array of p per response token (the signature of
+  ifcore.train.rtt.Discriminator.relevance; ifcore.train.rtt:saved_relevance loads the discriminator saved at
+  IFCORE_RTT_DISCRIMINATOR), run in the trainer actor (a CPU process in 0.11.2: a large discriminator is slow
+  there). Why not from the reward function: OpenRLHF keeps one float per `extra_logs` key and sample
+  (samples_generator: `value.flatten()[0].item()`), so token spans cannot pass through it; the verdicts are
+  recomputed here from the decoded response and its label.
 - IFCORE_RAIF_NOTHINK=k (>= 1): the last k rollouts of each training group are sampled with RAIF's empty think
   block (IFCORE_RAIF_NOTHINK_SUFFIX, default "<think>\\n\\n</think>\\n") appended to the prompt, and a group is kept
   iff max R_accuracy of its CoT rollouts >= min R_accuracy of its no-think ones (RAIF eq. 7,
   ifcore.advantages.superior_cot_keep; R_accuracy, eq. 5, from the reward function's ila / cla / format_fail logs).
   A dropped group gets the score -inf, so OpenRLHF's dynamic filter drops it and draws a replacement prompt: needs
   --algo.dynamic_filtering_enable (a --algo.dynamic_filtering_range wider than [0, 1], e.g. `-0.01 1.01`, leaves
-  the decision to RAIF alone). Evaluation rollouts are never paired.
+  the decision to RAIF alone). IFCORE_RAIF_FILTER=off keeps every group (the paired rollouts of RAIF's GRPO
+  baseline, without the superior-CoT test). Evaluation rollouts are never paired.
 - IFCORE_BC_COEF=c (> 0) with IFCORE_BC_DATA=JSONL of {prompt, response}: RAIF eq. 8's behaviour cloning. 0.11
   removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward, the NLL
   being the token mean over IFCORE_BC_BATCH (default 4) expert responses per micro-batch, scored by the policy's own
@@ -86,9 +91,12 @@ def install() -> list[str]:
         from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 
         relevance_fn = _relevance_fn(os.environ.get("IFCORE_RTT_RELEVANCE") or "verifier")
+        mode = os.environ.get("IFCORE_RTT_MODE") or "intra"
+        if mode not in ("intra", "inter"):
+            raise ValueError(f"IFCORE_RTT_MODE must be 'intra' or 'inter', got {mode!r}")
         _patch(RemoteExperienceMaker, "compute_advantages_and_returns",
                lambda original: lambda self, experiences: add_rtt(
-                   self, original(self, experiences), beta, relevance_fn))
+                   self, original(self, experiences), beta, relevance_fn, mode))
         patched.append("RemoteExperienceMaker.compute_advantages_and_returns")
     nothink = os.environ.get("IFCORE_RAIF_NOTHINK")
     if nothink:
@@ -98,7 +106,11 @@ def install() -> list[str]:
         from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
         suffix = os.environ.get("IFCORE_RAIF_NOTHINK_SUFFIX", NOTHINK_SUFFIX)
-        _patch(SamplesGenerator, "_generate_vllm", lambda original: _paired_generate(original, int(nothink), suffix))
+        keep_all = {"on": False, "off": True}.get(os.environ.get("IFCORE_RAIF_FILTER") or "on")
+        if keep_all is None:
+            raise ValueError(f"IFCORE_RAIF_FILTER must be 'on' or 'off', got {os.environ['IFCORE_RAIF_FILTER']!r}")
+        _patch(SamplesGenerator, "_generate_vllm",
+               lambda original: _paired_generate(original, int(nothink), suffix, keep_all))
         patched.append("SamplesGenerator._generate_vllm")
     coef = _env_float("IFCORE_BC_COEF")
     if coef:
@@ -123,9 +135,18 @@ def install() -> list[str]:
 def _relevance_fn(spec: str):
     if spec == "verifier":
         return None
+    if spec == "uniform":
+        return lambda criteria, responses: [np.ones(len(ids)) for ids in responses]
+    if spec == "random":
+        seed = os.environ.get("IFCORE_RTT_SEED") or "0"
+        if not seed.isdigit():
+            raise ValueError(f"IFCORE_RTT_SEED must be a non-negative integer, got {seed!r}")
+        rng = np.random.default_rng(int(seed))  # one stream for the run: step after step in the trainer actor
+        return lambda criteria, responses: [rng.random(len(ids)) for ids in responses]
     module, _, name = spec.partition(":")
     if not name:
-        raise ValueError(f"IFCORE_RTT_RELEVANCE must be 'verifier' or 'module:function', got {spec!r}")
+        raise ValueError(f"IFCORE_RTT_RELEVANCE must be 'verifier', 'uniform', 'random' or 'module:function', "
+                         f"got {spec!r}")
     return getattr(importlib.import_module(module), name)
 
 
@@ -167,10 +188,11 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
 
 
 @torch.no_grad()
-def add_rtt(maker, experiences, beta: float, relevance_fn=None):
+def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "intra"):
     """RTT-GRPO (eq. 7) on OpenRLHF's experiences: advantages (alpha = 1: OpenRLHF's group_norm advantage on every
     action token) + beta x A_tok on each response's scored answer tokens, A_tok from ifcore.advantages.token_rtt
-    over the prompt's group (the samples whose `index` // n_samples_per_prompt agree, OpenRLHF's grouping)."""
+    (`mode` intra or inter) over the prompt's group (the samples whose `index` // n_samples_per_prompt agree,
+    OpenRLHF's grouping)."""
     args = maker.strategy.args
     if args.algo.advantage.estimator != "group_norm":
         raise ValueError(f"IFCORE_RTT_BETA: RTT adds token advantages to group_norm's, but "
@@ -192,7 +214,8 @@ def add_rtt(maker, experiences, beta: float, relevance_fn=None):
         if any(len(sat) != width for _, _, sat in got):
             raise ValueError(f"IFCORE_RTT_BETA: the samples of group {g} have labels with different constraint "
                              "counts; a group answers one prompt")
-        a_tok = token_rtt([p for _, p, _ in got], [sat for _, _, sat in got], np.zeros(n), alpha=0.0, beta=beta)
+        a_tok = token_rtt([p for _, p, _ in got], [sat for _, _, sat in got], np.zeros(n), alpha=0.0, beta=beta,
+                          mode=mode)
         for (e, j), (pos, _, _), a in zip(members, got, a_tok):
             e.advantages[j, pos] += torch.from_numpy(a).to(e.advantages.dtype)
     return experiences
@@ -216,11 +239,12 @@ def raif_accuracy(extra_logs: dict) -> float:
     return cla if cla > 0 else -2.0
 
 
-def superior_cot_group(think: list[dict], nothink: list[dict]) -> list[dict]:
+def superior_cot_group(think: list[dict], nothink: list[dict], keep_all: bool = False) -> list[dict]:
     """One prompt's rollouts (CoT ones first, as OpenRLHF's executor returns them), with every score set to -inf
-    when RAIF eq. 7 drops the group, so that the dynamic filter drops it and draws a replacement prompt."""
-    keep = superior_cot_keep([raif_accuracy(r.get("extra_logs")) for r in think],
-                             [raif_accuracy(r.get("extra_logs")) for r in nothink])
+    when RAIF eq. 7 drops the group (never with keep_all), so that the dynamic filter drops it and draws a
+    replacement prompt."""
+    keep = keep_all or superior_cot_keep([raif_accuracy(r.get("extra_logs")) for r in think],
+                                         [raif_accuracy(r.get("extra_logs")) for r in nothink])
     out = think + nothink
     if not keep:
         for r in out:
@@ -232,8 +256,8 @@ class _PairedEngine:
     """A vLLM engine handle whose generate_responses samples the group's last `nothink` rollouts with the no-think
     suffix and returns one object ref of the whole group, the superior-CoT test applied (a Ray task)."""
 
-    def __init__(self, engine, nothink: int, suffix: str, combine):
-        self.engine, self.nothink, self.suffix, self.combine = engine, nothink, suffix, combine
+    def __init__(self, engine, nothink: int, suffix: str, combine, keep_all: bool = False):
+        self.engine, self.nothink, self.suffix, self.combine, self.keep_all = engine, nothink, suffix, combine, keep_all
         self.generate_responses = self  # engine.generate_responses.remote(...) -> self.remote(...)
 
     def __getattr__(self, name):  # get_num_unfinished_requests and the rest: the engine's
@@ -246,22 +270,22 @@ class _PairedEngine:
             raise ValueError(f"IFCORE_RAIF_NOTHINK={self.nothink} leaves no CoT rollout in a group of {num_samples}")
         think = self.engine.generate_responses.remote(prompt=prompt, num_samples=num_samples - self.nothink, **kwargs)
         plain = self.engine.generate_responses.remote(prompt=prompt + self.suffix, num_samples=self.nothink, **kwargs)
-        return self.combine.remote(think, plain)
+        return self.combine.remote(think, plain, self.keep_all)
 
 
-def _paired_generate(original, nothink: int, suffix: str):
+def _paired_generate(original, nothink: int, suffix: str, keep_all: bool = False):
     import ray
 
     combine = ray.remote(num_cpus=0)(superior_cot_group)
 
     def _generate_vllm(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
         if not self.args.algo.dynamic_filtering_enable:
-            raise ValueError("IFCORE_RAIF_NOTHINK: the superior-CoT filter drops groups through OpenRLHF's dynamic "
-                             "filter; add --algo.dynamic_filtering_enable")
+            raise ValueError("IFCORE_RAIF_NOTHINK: paired rollouts go through OpenRLHF's dynamic filter (it drops "
+                             "the groups the superior-CoT test rejects); add --algo.dynamic_filtering_enable")
         if not dynamic_filtering:  # evaluation: plain rollouts
             return original(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
         engines = self.vllm_engines
-        self.vllm_engines = [_PairedEngine(e, nothink, suffix, combine) for e in engines]
+        self.vllm_engines = [_PairedEngine(e, nothink, suffix, combine, keep_all) for e in engines]
         try:
             return original(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
         finally:

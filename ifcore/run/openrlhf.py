@@ -28,8 +28,8 @@ TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
 | eval_every, eval_samples | `--eval.steps`, `--eval.n_samples_per_prompt` (with eval_data) |
 | save_every | `--ckpt.save_steps`, `--ckpt.save_hf`, `--ckpt.load_enable` (a rerun resumes) |
 | lora_r, lora_alpha, lora_targets | `--ds.lora.rank`, `--ds.lora.alpha`, `--ds.lora.target_modules` |
-| token_advantages rtt, rtt_beta | IFCORE_RTT_BETA of ifcore/integrations/openrlhf_plugins.py (worker_process_setup_hook); rtt_discriminator -> IFCORE_RTT_RELEVANCE given as rtt_relevance; rtt_inter, uniform, random, rtt_alpha != 1 refused by name |
-| superior_cot group, nothink_share | IFCORE_RAIF_NOTHINK = round(nothink_share x group_size), `--algo.dynamic_filtering_enable --algo.dynamic_filtering_range -0.01 1.01` (OpenRLHF refills dropped groups until the batch is full: refill_rounds has no limit there); reference, or nothink_share without group, refused |
+| token_advantages, rtt_beta, rtt_discriminator | IFCORE_RTT_BETA of ifcore/integrations/openrlhf_plugins.py (worker_process_setup_hook); rtt and rtt_inter: IFCORE_RTT_RELEVANCE `ifcore.train.rtt:saved_relevance` with IFCORE_RTT_DISCRIMINATOR = rtt_discriminator (or the rtt_relevance given), rtt_inter also IFCORE_RTT_MODE inter; uniform and random: IFCORE_RTT_RELEVANCE uniform / random (IFCORE_RTT_SEED = seed); rtt_alpha != 1 refused by name |
+| superior_cot group, nothink_share | IFCORE_RAIF_NOTHINK = round(nothink_share x group_size), `--algo.dynamic_filtering_enable --algo.dynamic_filtering_range -0.01 1.01` (OpenRLHF refills dropped groups until the batch is full: refill_rounds has no limit there); nothink_share without group: also IFCORE_RAIF_FILTER off (every group kept); reference refused |
 | bc_coef, bc_data, bc_batch | IFCORE_BC_COEF, IFCORE_BC_DATA (a file the cluster sees; required), IFCORE_BC_BATCH (per micro-batch) |
 | threads, generate_batch, warm_start, eval_prompts, output_dir | the embedded trainer's own (CPU threads, chunking, the default policy, the eval file's length, run_dir) |
 
@@ -55,33 +55,42 @@ REPO = Path(__file__).resolve().parents[2]
 WHEELS = REPO / ".cache" / "openrlhf-0.11.2"
 REWARD_MODULE = "ifcore/integrations/openrlhf_reward.py"  # relative to the job's working_dir (the repository)
 PLUGINS_HOOK = "ifcore.integrations.openrlhf_plugins.install"  # Ray's worker_process_setup_hook
+SAVED_RELEVANCE = "ifcore.train.rtt:saved_relevance"  # the plug-ins' relevance from a run's rtt_discriminator
 
 
 def plugin_env(cfg: dict, rtt_relevance: str | None = None) -> dict[str, str]:
     """The variables of ifcore/integrations/openrlhf_plugins.py for the RTT and RAIF options `cfg` turns on; a
     ValueError naming the first option the plug-ins cannot honour as the embedded trainer does. rtt_relevance:
-    the plug-ins' IFCORE_RTT_RELEVANCE ("verifier", or "module:function" computing a discriminator's relevance),
-    which stands in for cfg's rtt_discriminator folder."""
+    the plug-ins' IFCORE_RTT_RELEVANCE ("verifier", or "module:function" computing a discriminator's relevance)
+    in place of cfg's rtt_discriminator folder (by default the plug-ins load that folder: SAVED_RELEVANCE; the
+    folder must be one the cluster sees)."""
     env = {}
-    if cfg["token_advantages"] != "broadcast":
-        if cfg["token_advantages"] != "rtt":
-            raise ValueError(f"token_advantages: {cfg['token_advantages']!r} has no OpenRLHF counterpart yet (the "
-                             "plug-ins add RTT's intra-sample token advantages only)")
+    mode = cfg["token_advantages"]
+    if mode != "broadcast":
         if cfg["rtt_alpha"] != 1.0:
             raise ValueError(f"rtt_alpha: {cfg['rtt_alpha']} has no OpenRLHF counterpart (the plug-ins add "
                              "beta x A_tok to group_norm's advantages: alpha 1)")
-        if rtt_relevance is None:
-            raise ValueError("rtt_discriminator: a discriminator folder has no OpenRLHF counterpart; pass "
-                             "rtt_relevance ('verifier' or 'module:function', IFCORE_RTT_RELEVANCE)")
-        env |= {"IFCORE_RTT_BETA": repr(float(cfg["rtt_beta"])), "IFCORE_RTT_RELEVANCE": rtt_relevance}
+        env["IFCORE_RTT_BETA"] = repr(float(cfg["rtt_beta"]))
+        if mode in ("rtt", "rtt_inter"):
+            if rtt_relevance is None and not cfg.get("rtt_discriminator"):
+                raise ValueError(f"rtt_discriminator: token_advantages {mode} needs a discriminator folder, or "
+                                 "rtt_relevance ('verifier' or 'module:function', IFCORE_RTT_RELEVANCE)")
+            env["IFCORE_RTT_RELEVANCE"] = rtt_relevance or SAVED_RELEVANCE
+            if rtt_relevance is None:
+                env["IFCORE_RTT_DISCRIMINATOR"] = str(cfg["rtt_discriminator"])
+            if mode == "rtt_inter":
+                env["IFCORE_RTT_MODE"] = "inter"
+        else:  # RTT's token-weighting ablations: p = 1 (A_tok = 0) or p ~ U[0, 1]
+            env["IFCORE_RTT_RELEVANCE"] = mode
+            if mode == "random":
+                env["IFCORE_RTT_SEED"] = str(cfg["seed"])
     if cfg["superior_cot"] == "reference":
         raise ValueError("superior_cot: 'reference' has no OpenRLHF counterpart yet (the plug-ins compare CoT with "
                          "no-think rollouts: 'group')")
-    if cfg["nothink_share"] and cfg["superior_cot"] != "group":
-        raise ValueError("nothink_share: paired no-think rollouts without superior_cot 'group' have no OpenRLHF "
-                         "counterpart yet (the plug-ins pair them only to filter groups)")
-    if cfg["superior_cot"] == "group":
+    if cfg["superior_cot"] == "group" or cfg["nothink_share"]:
         env["IFCORE_RAIF_NOTHINK"] = str(round(cfg["nothink_share"] * cfg["group_size"]))
+        if cfg["superior_cot"] != "group":  # RAIF's GRPO baseline: paired rollouts, every group kept
+            env["IFCORE_RAIF_FILTER"] = "off"
     if cfg["bc_coef"]:
         if cfg["bc_data"] is None:
             raise ValueError("bc_data: the default expert responses live in this machine's cache; give a JSONL of "
@@ -224,6 +233,10 @@ def job_files(cfg: dict, run_dir) -> dict:
         return [{"prompt": _prompt(tokenizer, r["prompt"], config), "label": r["label"]}
                 for r in read_jsonl(path, required=("prompt", "label"))[:limit]]
 
+    if config.token_advantages in ("rtt", "rtt_inter"):  # RTT's discriminator reads the policy's token ids
+        if AutoTokenizer.from_pretrained(config.rtt_discriminator).get_vocab() != tokenizer.get_vocab():
+            raise ValueError(f"rtt_discriminator: the tokenizer of {config.rtt_discriminator} differs from the "
+                             "policy's (RTT's discriminator reads the policy's token ids)")
     train_rows = prompts(paths["train_data"])
     files = {"cfg": dict(cfg), "model": paths["model"], "prompt_data": write("train.jsonl", train_rows),
              "eval_data": write("test.jsonl", prompts(paths["test_data"], config.eval_prompts)),

@@ -27,9 +27,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
+import os
 import random
 import re
 import time
@@ -674,6 +676,22 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
             out[i, :lengths[i]] = float(alpha * adv[g][i - g * size])
             out[i, scored[i]] = torch.from_numpy(a).float()
     return out.to(mask.device), seconds
+
+
+@functools.cache
+def _saved_discriminator(path: str) -> Discriminator:
+    disc = Discriminator.from_pretrained(path, "cuda" if torch.cuda.is_available() else "cpu")
+    return disc.eval().requires_grad_(False)
+
+
+def saved_relevance(criteria: list[str], responses: list[list[int]]) -> list[np.ndarray]:
+    """Discriminator.relevance of the discriminator saved at $IFCORE_RTT_DISCRIMINATOR, loaded once per process:
+    the OpenRLHF plug-ins' IFCORE_RTT_RELEVANCE="ifcore.train.rtt:saved_relevance" (ifcore.run.openrlhf sets both
+    from a run's rtt_discriminator)."""
+    path = os.environ.get("IFCORE_RTT_DISCRIMINATOR")
+    if not path:
+        raise ValueError("IFCORE_RTT_DISCRIMINATOR: not set (the folder of a saved RTT discriminator)")
+    return _saved_discriminator(path).relevance(criteria, responses)
 
 
 def llm_labels(model, criteria: list[str], responses: list[str], params=None, progress: bool = False) -> list[dict]:
