@@ -247,7 +247,7 @@ def _run(args) -> int:
         seed = {"paper": PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
         if not (seed is None or str(seed).lstrip("-").isdigit()):
             raise ValueError(f"--letter-seed: expected paper, none or an integer, got {seed!r}")
-        run_benchmark(args.what, Path(args.responses), Path(args.output_dir),
+        run_benchmark(args.what, *_ifeval_like(args.what), Path(args.responses), Path(args.output_dir),
                       letter_seed=None if seed is None else int(seed), on_duplicate=args.on_duplicate)
         return 0
     if args.command == "eval" and args.what == "scopeif":
@@ -425,6 +425,15 @@ def _endpoint_errors(args):
         raise ValueError(f"{where}: {type(e).__name__}: {e}") from None
 
 
+def _ifeval_like(name: str) -> tuple:
+    """(shipped prompts, checker registry) of IFEval or IFBench, which share IFEval's scorer."""
+    if name == "ifeval":
+        from ifcore.bench.ifeval import IFEVAL, PROMPTS
+        return PROMPTS, IFEVAL
+    from ifcore.bench.ifbench import IFBENCH, PROMPTS
+    return PROMPTS, IFBENCH
+
+
 def _eval_model(args) -> int:
     """`ifcore eval BENCH --model NAME`: the benchmark's prompts (all, or a subset drawn with --subset-seed),
     completed through ifcore.infer (cached), written as OUTPUT_DIR/responses.jsonl, then scored by the benchmark's
@@ -446,12 +455,7 @@ def _eval_model(args) -> int:
     else:
         from ifcore.bench import ifeval
 
-        if args.what == "ifeval":
-            prompts_path, checkers = ifeval.PROMPTS, ifeval.IFEVAL
-        else:
-            from ifcore.bench.ifbench import IFBENCH, PROMPTS
-
-            prompts_path, checkers = PROMPTS, IFBENCH
+        prompts_path, checkers = _ifeval_like(args.what)
         everything = read_jsonl(prompts_path, ("prompt", "instruction_id_list", "kwargs"))
     rows = everything
     if args.limit is not None and args.limit < len(rows):  # in benchmark order

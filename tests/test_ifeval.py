@@ -156,7 +156,7 @@ def test_paper_figures_with_the_2023_random_letters(tmp_path):
     responses = {r["prompt"]: r["response"] for r in ifeval.read_jsonl(GPT4, ("prompt", "response"))}
     strict, loose = ifeval.legacy_letter_draws(rows, ifeval.PAPER_LETTER_SEED)
     assert sorted(rows[i]["key"] for i, _ in strict) == [1122, 1129] and strict.keys() == loose.keys()
-    summary = ifeval.run_benchmark("ifeval", GPT4, tmp_path, out=io.StringIO())
+    summary = ifeval.run_benchmark("ifeval", ifeval.PROMPTS, ifeval.IFEVAL, GPT4, tmp_path, out=io.StringIO())
     assert [round(100 * summary[m][k], 2) for m in ("strict", "loose") for k in ("prompt_level", "instruction_level")] \
         == [76.89, 83.57, 79.67, 85.61]
     # Other seeds are other draws of the same official code: strict moves by one or two instructions.

@@ -649,20 +649,12 @@ def read_responses(path: str | Path, on_duplicate: str = "error") -> dict[str, s
 PAPER_LETTER_SEED = 3
 
 
-def run_benchmark(name: str, responses_path: Path, output_dir: Path, out=None,
+def run_benchmark(name: str, prompts_path: Path, registry: dict, responses_path: Path, output_dir: Path, out=None,
                   letter_seed: int | None = PAPER_LETTER_SEED, on_duplicate: str = "error") -> dict:
-    """`ifcore eval ifeval|ifbench`: score a JSONL of {prompt, response} against the shipped prompts, write
-    eval_results_strict.jsonl, eval_results_loose.jsonl and summary.json to `output_dir` and print the summary.
-    `letter_seed` (IFEval only): see legacy_letter_draws; None reads a non-letter `letter` literally.
-    `on_duplicate`: see read_responses."""
-    if name == "ifeval":
-        prompts_path, registry = PROMPTS, IFEVAL
-    elif name == "ifbench":
-        from ifcore.bench.ifbench import IFBENCH, PROMPTS as IFBENCH_PROMPTS
-
-        prompts_path, registry = IFBENCH_PROMPTS, IFBENCH
-    else:
-        raise ValueError(f"unknown benchmark {name!r}")
+    """`ifcore eval ifeval|ifbench`: score a JSONL of {prompt, response} against the benchmark's shipped prompts
+    (prompts_path, its checker registry: IFEVAL here, ifbench.IFBENCH), write eval_results_strict.jsonl,
+    eval_results_loose.jsonl and summary.json to `output_dir` and print the summary. `letter_seed` (IFEval only):
+    see legacy_letter_draws; None reads a non-letter `letter` literally. `on_duplicate`: see read_responses."""
     out = out or sys.stdout
     rows = read_jsonl(prompts_path, ("prompt", "instruction_id_list", "kwargs"))
     responses = read_responses(responses_path, on_duplicate)
