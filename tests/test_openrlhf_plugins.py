@@ -21,8 +21,8 @@ from ifcore.advantages import group_norm, superior_cot_keep, token_rtt
 from ifcore.rewards import raif
 
 REPO = Path(__file__).resolve().parents[1]
-PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED", "IFCORE_RTT_DISCRIMINATOR",
-              "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX", "IFCORE_RAIF_FILTER",
+PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED",
+              "IFCORE_RTT_DISCRIMINATOR", "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX", "IFCORE_RAIF_FILTER",
               "IFCORE_BC_COEF", "IFCORE_BC_DATA", "IFCORE_BC_BATCH")
 
 
@@ -183,7 +183,8 @@ def _answer_positions(prompt, response):
     return [len(prompt) - 1 + t for t in range(start, end)]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(n=st.integers(2, 4), groups=st.integers(1, 3), micro=st.integers(1, 5), data=st.data())
 def test_rtt_advantages_equal_ifcore_advantages(openrlhf_module, n, groups, micro, data):
     em, plugins = openrlhf_module
@@ -398,7 +399,8 @@ def _accuracy(sat, ok):
 outcome = st.tuples(st.lists(st.booleans(), min_size=3, max_size=3), st.booleans())
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(n=st.integers(2, 5), k=st.integers(1, 4), batch=st.integers(1, 3), pool=st.integers(1, 6), data=st.data())
 def test_superior_cot_filter_keeps_what_ifcore_keeps(openrlhf_module, n, k, batch, pool, data):
     module, plugins = openrlhf_module
