@@ -38,8 +38,8 @@ test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR)
 
 # Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/ (the
 # repository's, found from the package: no --cwd needed, from any directory). Notebook 00 gets its plain
-# defaults instead of widgets. From a fresh cache all five took 30 minutes on 2 cores: 01 6 (SmolLM2 generating),
-# 03 11 (the warm start built once included), 04 6, 02 7. Finished runs in runs/ and cached completions are reused.
+# defaults instead of widgets. From a fresh cache about 35 minutes on 2026-12-01's 2-core machine, 53 on 2026-12-02's
+# (1.9x slower at the same work; README). Finished runs in runs/ and cached completions are reused.
 PAPERMILL := $(VENV)/bin/papermill -k python3
 
 reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR)

@@ -179,3 +179,18 @@ def test_conclusions_compare_scopeif_with_every_other_arm_once():
     assert csr == ["Held-out CSR at the end, RL-ILA minus ScopeIF", "Held-out CSR at the end, ScopeIF minus RL-CLA"]
     assert next(line for line in lines if "ScopeIF minus RL-CLA" in line).endswith(": positive.")
     assert sum("Identical-reward-pair fraction" in line for line in lines) == 2  # RL-CLA and ScopeIF against RL-ILA
+
+
+def test_saving_a_figure_again_writes_the_same_bytes(tmp_path):
+    """A rerun that reproduces a result leaves figures/ unchanged (no date, no random ids in the SVG)."""
+    def draw():
+        fig, ax = plt.subplots()
+        ax.fill_between([0, 1, 2], [0, 1, 0], alpha=0.2)
+        ax.plot([0, 1, 2], [1, 0, 1], marker="o")
+        return fig
+
+    first = viz.save(draw(), tmp_path / "a" / "fig")
+    again = viz.save(draw(), tmp_path / "b" / "fig")
+    for x, y in zip(first, again):
+        assert open(x, "rb").read() == open(y, "rb").read(), x
+    plt.close("all")
