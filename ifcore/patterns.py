@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import bisect
 import functools
+import gc
 import re
+import threading
 import time
 from re import _compiler, _parser
 from re import _constants as sre
@@ -32,6 +34,26 @@ _RE2_OPTIONS.max_mem = 8 << 20
 
 Intervals = list[tuple[int, int]]  # sorted, disjoint, inclusive code-point ranges
 
+_GC = threading.local()  # this thread's CPU seconds spent in garbage collection, and when the running one began
+
+
+def _count_gc(phase: str, info: dict) -> None:
+    if phase == "start":
+        _GC.began = time.thread_time()
+    elif getattr(_GC, "began", None) is not None:
+        _GC.seconds = getattr(_GC, "seconds", 0.0) + time.thread_time() - _GC.began
+        _GC.began = None
+
+
+gc.callbacks.append(_count_gc)  # collections run, and call back, in the thread that triggered them
+
+
+def cpu_clock() -> float:
+    """This thread's CPU seconds outside garbage collection: the clock of the label-regex budgets. A full collection
+    of a large heap (a reward worker with torch loaded: 0.3 s on a slow day) is no work of the pattern's, and
+    counting it let an ordinary lookaround pattern run out of its budget and flip a verdict."""
+    return time.thread_time() - getattr(_GC, "seconds", 0.0)
+
 
 class _NeedsBacktracking(Exception):
     """The pattern uses a construct that RE2 cannot run with Python's meaning."""
@@ -40,7 +62,7 @@ class _NeedsBacktracking(Exception):
 @functools.lru_cache(maxsize=512)
 def compile_pattern(pattern: str):
     """A function `(text, deadline) -> [(start, end)] | None`: the non-empty matches of `pattern` in `text`, as
-    `re.finditer` finds them, or None when the search passed `deadline` (a `time.thread_time()` value).
+    `re.finditer` finds them, or None when the search passed `deadline` (a `cpu_clock()` value).
     ValueError with the reason when the pattern cannot be used."""
     if not isinstance(pattern, str):
         raise ValueError(f"expected a string, got {type(pattern).__name__}")
@@ -84,7 +106,7 @@ def compile_pattern(pattern: str):
                 return _re2_spans(fast, text, deadline)
             except UnicodeEncodeError:  # lone surrogates: only the backtracking engine reads them
                 pass
-        left = deadline - time.thread_time()
+        left = deadline - cpu_clock()
         if left <= 0:
             return None
         try:
@@ -95,7 +117,7 @@ def compile_pattern(pattern: str):
             out = [m.span() for m in hits if m.end() > m.start()]
         except TimeoutError:
             return None
-        return out if time.thread_time() <= deadline else None
+        return out if cpu_clock() <= deadline else None
 
     search.linear = fast is not None
     return search
@@ -113,7 +135,7 @@ def _re2_spans(rx, text: str, deadline: float) -> list[tuple[int, int]] | None:
         out.append((a, b))
         pos = b  # every match is non-empty (empty ones go to the other engine)
         # Each search is linear, but many matches that each look far ahead add up: check now and then.
-        if len(out) % 64 == 0 and time.thread_time() > deadline:
+        if len(out) % 64 == 0 and cpu_clock() > deadline:
             return None
     if end != len(text):  # UTF-8 byte offsets to str offsets, in one pass
         chars, last, spans = 0, 0, []

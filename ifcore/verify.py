@@ -17,7 +17,6 @@ import json
 import math
 import re
 import threading
-import time
 import unicodedata
 from collections import OrderedDict
 from xml.etree import ElementTree
@@ -29,7 +28,7 @@ import yaml
 
 from ifcore import rewards
 from ifcore.jsonl import iter_jsonl
-from ifcore.patterns import code_point_runs, compile_pattern
+from ifcore.patterns import code_point_runs, compile_pattern, cpu_clock
 from ifcore.schema import Constraint, ConstraintError
 from ifcore.text import Doc, Span, json_depth, markup_delimiters, strip_markup, strip_span, word_texts
 
@@ -138,7 +137,7 @@ def verify(constraint: Constraint | dict, response: str | Doc) -> Verdict:
     if not c._plan[3]:
         return _verify(c, doc, None)
     base, per_char = REGEX_CPU_SECONDS
-    budget = [time.thread_time() + base + per_char * len(doc.text), False]  # deadline, exceeded
+    budget = [cpu_clock() + base + per_char * len(doc.text), False]  # deadline (a cpu_clock() value), exceeded
     token = _REGEX_BUDGET.set(budget)
     try:
         return _verify(c, doc, budget)

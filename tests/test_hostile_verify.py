@@ -93,6 +93,32 @@ def test_a_pattern_that_needs_backtracking_stops_at_the_budget(monkeypatch, patt
     assert not ok.budget_exceeded and ok.records[0].actual == 200 * 39
 
 
+def test_garbage_collection_is_not_charged_to_a_patterns_budget(monkeypatch):
+    """A full collection of a large heap inside a verify() call (a reward worker with torch loaded spends ~0.3 s
+    there) is not the pattern's CPU time: an ordinary lookbehind keeps its verdict. Charged, it ran out of the
+    budget and flipped a ScopeIF-Test verdict in a full test run."""
+    import gc
+
+    monkeypatch.setattr(V, "REGEX_CPU_SECONDS", (0.05, 0.0))
+    heap = []
+    while True:  # a heap whose full collection costs several budgets on this machine
+        heap += [{"x": [i]} for i in range(200_000)]
+        start = time.thread_time()
+        gc.collect()
+        if time.thread_time() - start > 0.15 or len(heap) > 5_000_000:
+            break
+    real = V.compile_pattern
+
+    def collecting(pattern):
+        search = real(pattern)
+        return lambda text, deadline: (gc.collect(), search(text, deadline))[1]
+
+    monkeypatch.setattr(V, "compile_pattern", collecting)
+    v = ifcore.verify(matches(r"(?<=a)a", min=1), "a" * 40 + "!")
+    assert not v.budget_exceeded and v.satisfied and v.records[0].actual == 39
+    del heap
+
+
 # The exactness of the translation: random patterns from a grammar of the constructs labels use, on texts
 # over an alphabet with the characters where Python's rules differ from other engines' (Unicode words, digits
 # and spaces, dotless i, Kelvin sign, long s, final sigma, newlines).
