@@ -100,3 +100,34 @@ def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float, float, in
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return p, max(0.0, centre - half), min(1.0, centre + half), n
+
+
+def paired_t(a_by_seed, b_by_seed, level: float = 0.95) -> tuple[float, float, float, int, float]:
+    """(mean, lo, hi, n, p): paired_diff_ci of a - b and the two-sided p-value of the paired t-test of a mean
+    difference of 0 (the test that interval inverts: p < 1 - level exactly when the interval excludes 0).
+    p is NaN where no spread can be estimated (n < 2); 0 when every difference is the same non-zero value, 1
+    when every difference is 0."""
+    mean, lo, hi, n = paired_diff_ci(a_by_seed, b_by_seed, level)
+    if n < 2:
+        return mean, lo, hi, n, math.nan
+    if lo == hi:  # no spread at all: the t statistic is infinite (or 0/0 when every difference is 0)
+        return mean, lo, hi, n, 1.0 if mean == 0 else 0.0
+    from scipy.stats import t
+
+    se = (hi - mean) / float(t.ppf((1 + level) / 2, n - 1))
+    return mean, lo, hi, n, float(2 * t.sf(abs(mean) / se, n - 1))
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979) for one family of comparisons, in the given order:
+    the i-th smallest of m p-values is multiplied by m - i + 1, then made non-decreasing along that order and
+    capped at 1. Rejecting where the adjusted p is below a level controls the family-wise error rate at that level
+    under any dependence. NaN (a comparison that tests nothing) stays NaN and does not count in m."""
+    p = np.array([np.nan if v is None else v for v in pvalues], dtype=float)
+    finite = np.flatnonzero(np.isfinite(p))
+    out = np.full(len(p), np.nan)
+    m, running = len(finite), 0.0
+    for rank, i in enumerate(finite[np.argsort(p[finite], kind="stable")]):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return [float(v) for v in out]

@@ -201,52 +201,80 @@ def ci_table(tables: dict, level: float = 0.95):
     return out
 
 
+def decide(comparisons, level: float = 0.95) -> list[str]:
+    """One sentence per comparison (what, a_by_seed, b_by_seed) on `what` = a - b, paired by seed
+    (stats.paired_t), the list being one family: a sign is decided (positive, negative) only where the p-value of
+    the paired t-test, Holm-adjusted over the family (stats.holm), is below 1 - level, which bounds the chance of
+    any false sign among them by 1 - level. The interval shown is each comparison's own (unadjusted) t-interval; a
+    single seed gives none and decides nothing."""
+    tests = [stats.paired_t(a, b, level) for _, a, b in comparisons]
+    adjusted = stats.holm([t[4] for t in tests])
+    m = sum(1 for p in adjusted if p == p)
+    lines = []
+    for (what, _, _), (mean, lo, hi, n, p), q in zip(comparisons, tests, adjusted):
+        if n == 0:
+            lines.append(f"{what}: no seed has both values, nothing to compare.")
+        elif n == 1:
+            lines.append(f"{what} = {mean:+.3f} from one seed: no spread can be estimated, so its sign is not decided.")
+        else:
+            head = (f"{what} = {mean:+.3f} ({_pct(level)} CI {lo:+.3f} to {hi:+.3f}, paired over {n} seeds; "
+                    f"p = {p:.3g}" + (f", Holm-adjusted over {m} comparisons: {q:.3g})" if m > 1 else ")"))
+            if q < 1 - level:
+                lines.append(f"{head}: {'positive' if mean > 0 else 'negative'}.")
+            elif lo > 0 or hi < 0:
+                lines.append(f"{head}: its own interval excludes 0, but not after correcting for the {m} "
+                             "comparisons, so its sign is not decided.")
+            else:
+                lines.append(f"{head}: the interval includes 0, so these seeds cannot decide its sign.")
+    return lines
+
+
 def compare(what: str, a_by_seed, b_by_seed, level: float = 0.95) -> str:
-    """One sentence on `what` = a - b, paired by seed (stats.paired_diff_ci): positive or negative when its
-    interval excludes 0; undecided when the interval includes 0, or when a single seed gives no interval."""
-    mean, lo, hi, n = stats.paired_diff_ci(a_by_seed, b_by_seed, level)
-    if n == 0:
-        return f"{what}: no seed has both values, nothing to compare."
-    if n == 1:
-        return f"{what} = {mean:+.3f} from one seed: no spread can be estimated, so its sign is not decided."
-    head = f"{what} = {mean:+.3f} ({_pct(level)} CI {lo:+.3f} to {hi:+.3f}, paired over {n} seeds)"
-    if lo > 0 or hi < 0:
-        return f"{head}: {'positive' if lo > 0 else 'negative'}."
-    return f"{head}: the interval includes 0, so these seeds cannot decide its sign."
+    """decide() for a family of one comparison."""
+    return decide([(what, a_by_seed, b_by_seed)], level)[0]
+
+
+def family_note(n: int, level: float = 0.95) -> str:
+    """The line that introduces a family of n comparisons decided by `decide`."""
+    return (f"The {n} comparisons below are one family: a sign counts as decided only where the paired t-test's "
+            f"p-value, Holm-adjusted over all {n}, is below {1 - level:.2g} (family-wise error at most "
+            f"{_pct(1 - level)}). Intervals are each comparison's own {_pct(level)} t-interval over seeds.")
+
+
+def arm_comparisons(start, end, identical_pairs) -> list[tuple]:
+    """The planned comparisons of reward arms (ScopeIF Table 1 and Fig. 4b), for `decide`: each arm's held-out CSR
+    at the end against step 0; ScopeIF against every other arm and RL-CLA against RL-ILA on held-out CSR at the end
+    (Table 1's order ILA < CLA < ScopeIF, and ScopeIF against wo HRA); every arm's identical-reward-pair fraction
+    against RL-ILA's, and ScopeIF's against RL-CLA's (Fig. 4b). `start`, `end` (held-out CSR) and
+    `identical_pairs` are by_seed tables; arms a table lacks are skipped."""
+    out = [(f"{arm_label(arm)}: held-out CSR at the end minus at step 0", end[arm], start[arm]) for arm in end.columns]
+    pairs = [("scopeif", arm) for arm in end.columns if "scopeif" in end.columns and arm != "scopeif"]
+    pairs += [("cla", "ila")] if {"cla", "ila"} <= set(end.columns) else []
+    out += [(f"Held-out CSR at the end, {arm_label(a)} minus {arm_label(b)}", end[a], end[b]) for a, b in pairs]
+    cols = set(identical_pairs.columns)
+    ip = [(arm, "ila") for arm in identical_pairs.columns if "ila" in cols and arm != "ila"]
+    ip += [("scopeif", "cla")] if {"scopeif", "cla"} <= cols else []
+    out += [(f"Identical-reward-pair fraction (mean over training), {arm_label(a)} minus {arm_label(b)}",
+             identical_pairs[a], identical_pairs[b]) for a, b in ip]
+    return out
+
+
+def seeds_note(table, level: float = 0.95) -> str:
+    """How many seeds stand behind a by_seed table's conclusions (with one, that nothing can be decided)."""
+    seeds = [s for s in table.index if table.loc[s].notna().any()]
+    if len(seeds) <= 1:
+        return (f"Only {_seeds(len(seeds))} ({', '.join(map(str, seeds)) or 'none'}): no spread over seeds can be "
+                "estimated, so no confidence interval is given and no difference below is decided by these runs.")
+    return (f"{len(seeds)} seeds ({', '.join(map(str, seeds))}): intervals are {_pct(level)} Student-t intervals "
+            "over seeds; differences are paired by seed.")
 
 
 def arm_conclusions(start, end, identical_pairs, level: float = 0.95) -> list[str]:
-    """The closing statements of a comparison of reward arms, each decided by a paired t-interval over seeds
-    (compare): how many seeds stand behind them (with one, that no spread can be estimated); each arm's held-out
-    CSR at the end against step 0; the arm with the highest mean against the runner-up; ScopeIF against every
-    other arm; every arm's identical-reward-pair fraction against RL-ILA's (ScopeIF Fig. 4b). `start` and `end`
-    (held-out CSR) and `identical_pairs` are by_seed tables. The best and the runner-up are picked by the same
-    data that compares them, so a sign decided there is on the optimistic side."""
-    seeds = [s for s in end.index if end.loc[s].notna().any()]
-    if len(seeds) <= 1:
-        lines = [f"Only {_seeds(len(seeds))} ({', '.join(map(str, seeds)) or 'none'}): no spread over seeds can be "
-                 "estimated, so no confidence interval is given and no difference below is decided by these runs."]
-    else:
-        lines = [f"{len(seeds)} seeds ({', '.join(map(str, seeds))}): intervals are {_pct(level)} Student-t "
-                 "intervals over seeds; differences are paired by seed."]
-    for arm in end.columns:
-        lines.append(compare(f"{arm_label(arm)}: held-out CSR at the end minus at step 0", end[arm], start[arm],
-                             level))
-    ranked, pairs = list(end.mean().sort_values(ascending=False).index), []
-    if len(ranked) >= 2:
-        best, second = ranked[:2]
-        lines.append(f"Highest mean held-out CSR at the end: {arm_label(best)} ({end[best].mean():.3f}); "
-                     f"next: {arm_label(second)} ({end[second].mean():.3f}).")
-        pairs.append((best, second))
-    if "scopeif" in end.columns:
-        pairs += [("scopeif", arm) for arm in end.columns if arm != "scopeif" and {"scopeif", arm} != set(pairs[0])]
-    for a, b in pairs:
-        lines.append(compare(f"Held-out CSR at the end, {arm_label(a)} minus {arm_label(b)}", end[a], end[b], level))
-    if "ila" in identical_pairs.columns:
-        for arm in identical_pairs.columns.drop("ila"):
-            lines.append(compare(f"Identical-reward-pair fraction (mean over training), {arm_label(arm)} minus "
-                                 f"RL-ILA", identical_pairs[arm], identical_pairs["ila"], level))
-    return lines
+    """The closing statements of a comparison of reward arms: how many seeds stand behind them, then the planned
+    comparisons (arm_comparisons) decided as one family with Holm's correction (decide). No sentence ranks arms
+    by their means: an order is stated only where a comparison decides it."""
+    comparisons = arm_comparisons(start, end, identical_pairs)
+    return [seeds_note(end, level), family_note(len(comparisons), level)] + decide(comparisons, level)
 
 
 def curves(ax, df, metric: str, row_type: str = "eval", arms=None, band: str = "range", level: float = 0.95,
@@ -380,33 +408,27 @@ ARM_COLOURS.update({"grpo": "#0072B2", "supcot": "#E69F00", "supcot_bc": "#009E7
 
 
 def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
-    """The closing statements of notebook 02, each decided by a paired t-interval over seeds (compare). `tables`
-    holds by_seed tables (arms in ablation order) named "CSR step 0", "CSR end", "ISR end", "reasoning step 0",
-    "reasoning end" (held-out reasoning tokens per response), "keep early" and "keep late" (the keep ratio over
-    the first and the last third of training). Statements: arm_conclusions' (how many seeds; each arm's held-out
-    CSR at the end against step 0; the best arm against the runner-up); each arm against the one before it on
-    held-out CSR and ISR (what superior-CoT adds to GRPO, what BC adds to it); each arm's reasoning length at the end
-    against step 0 (RAIF Fig. 3); and each filtered arm's keep ratio late against early (RAIF Fig. 5: it rises as
-    reasoning starts to pay)."""
+    """The closing statements of notebook 02, one family decided with Holm's correction (decide). `tables` holds
+    by_seed tables (arms in ablation order) named "CSR step 0", "CSR end", "ISR end", "reasoning step 0",
+    "reasoning end" (held-out reasoning tokens per response), "keep early" and "keep late" (the keep ratio over the
+    first and the last third of training). Comparisons: each arm's held-out CSR at the end against step 0; each arm
+    against the one before it on held-out CSR and ISR (what superior-CoT adds to GRPO, what BC adds to it); each
+    arm's reasoning length at the end against step 0 (RAIF Fig. 3); each filtered arm's keep ratio late against
+    early (RAIF Fig. 5: it rises as reasoning starts to pay)."""
     csr_end = tables["CSR end"]
-    lines = arm_conclusions(tables["CSR step 0"], csr_end, csr_end.iloc[:, :0], level)
     arms = list(csr_end.columns)
+    comparisons = [(f"{arm_label(arm)}: held-out CSR at the end minus at step 0", csr_end[arm],
+                    tables["CSR step 0"][arm]) for arm in arms]
     for a, b in zip(arms[1:], arms[:-1]):
         for metric in ("CSR end", "ISR end"):
-            what = f"Held-out {metric.split()[0]} at the end"
-            if any(line.startswith(f"{what}, {arm_label(b)} minus {arm_label(a)} ") for line in lines):
-                continue  # the best arm against the runner-up was this very pair, the other way round
-            line = compare(f"{what}, {arm_label(a)} minus {arm_label(b)}", tables[metric][a], tables[metric][b], level)
-            if line not in lines:  # or this way round
-                lines.append(line)
-    for arm in arms:
-        lines.append(compare(f"{arm_label(arm)}: reasoning tokens per held-out response at the end minus at step 0",
-                             tables["reasoning end"][arm], tables["reasoning step 0"][arm], level))
-    for arm in arms:
-        if tables["keep late"][arm].notna().any():
-            lines.append(compare(f"{arm_label(arm)}: keep ratio over the last third of training minus the first "
-                                 "third", tables["keep late"][arm], tables["keep early"][arm], level))
-    return lines
+            comparisons.append((f"Held-out {metric.split()[0]} at the end, {arm_label(a)} minus {arm_label(b)}",
+                                tables[metric][a], tables[metric][b]))
+    comparisons += [(f"{arm_label(arm)}: reasoning tokens per held-out response at the end minus at step 0",
+                     tables["reasoning end"][arm], tables["reasoning step 0"][arm]) for arm in arms]
+    comparisons += [(f"{arm_label(arm)}: keep ratio over the last third of training minus the first third",
+                     tables["keep late"][arm], tables["keep early"][arm])
+                    for arm in arms if tables["keep late"][arm].notna().any()]
+    return [seeds_note(csr_end, level), family_note(len(comparisons), level)] + decide(comparisons, level)
 
 
 # ---- RAIF preliminary study (notebook 01) ---------------------------------------------------------------------------

@@ -131,16 +131,34 @@ def test_conclusions_with_three_seeds_say_when_the_data_cannot_decide():
     lines = viz.arm_conclusions(start, end, pairs)
     text = "\n".join(lines)
     assert lines[0].startswith("3 seeds (0, 1, 2)")
+    assert lines[1].startswith("The 3 comparisons below are one family") and "Holm" in lines[1]
     # Both arms gain on average; RL-ILA's seeds gain 0.05 to 0.15, too spread for three seeds to decide.
-    assert lines[1].startswith("RL-ILA: held-out CSR at the end minus at step 0 = +0.103 (95% CI -0.022 to +0.228")
-    assert lines[1].endswith("cannot decide its sign.")
-    assert lines[2].startswith("ScopeIF wo HRA: held-out CSR at the end minus at step 0 = +0.100")
-    assert lines[2].endswith(": positive.")
-    # RL-ILA's mean is highest (0.653 against 0.650), but the seeds disagree on the order: undecided.
-    best = next(line for line in lines if line.startswith("Held-out CSR at the end, RL-ILA minus ScopeIF wo HRA"))
-    assert "cannot decide its sign" in best
+    assert lines[2].startswith("RL-ILA: held-out CSR at the end minus at step 0 = +0.103 (95% CI -0.022 to +0.228")
+    assert lines[2].endswith("cannot decide its sign.")
+    # ScopeIF wo HRA gains in every seed, but three seeds under Holm's correction over 3 comparisons do not decide it
+    _, lo, _, _, p = stats.paired_t(end["scopeif_flat"], start["scopeif_flat"])
+    assert lo > 0 and 3 * p > 0.05 or p < 0.05 / 3
+    assert lines[3].startswith("ScopeIF wo HRA: held-out CSR at the end minus at step 0 = +0.100")
+    assert lines[3].endswith(": positive." if 3 * min(p, 1) < 0.05 else "so its sign is not decided.")
     assert "Identical-reward-pair fraction (mean over training), ScopeIF wo HRA minus RL-ILA = -0.300" in text
-    assert "spread" not in text
+    assert not any(w in text for w in ("Highest", "next:", "best"))  # no sentence ranks undecided means
+
+
+def test_holm_controls_the_family_and_a_single_comparison_is_uncorrected():
+    # Holm 1979's step-down: sorted p's times m, m-1, ...; monotone; NaN does not count.
+    assert stats.holm([0.01, 0.04, 0.03, float("nan")]) == pytest.approx([0.03, 0.06, 0.06, float("nan")],
+                                                                          nan_ok=True)
+    assert stats.holm([0.5, 0.6]) == [1.0, 1.0]
+    same = {0: 0.6, 1: 0.7, 2: 0.8}, {0: 0.5, 1: 0.62, 2: 0.68}
+    mean, lo, hi, n, p = stats.paired_t(*same)
+    assert n == 3 and lo > 0 and p < 0.05  # the t-test the interval inverts
+    assert viz.compare("x", *same).endswith(": positive.")
+    # the same comparison among 10 others that test nothing new: Holm over 11 keeps it undecided
+    family = [("x", *same)] + [(f"y{i}", {0: 0.5, 1: 0.6, 2: 0.4}, {0: 0.5, 1: 0.5, 2: 0.5}) for i in range(10)]
+    first = viz.decide(family)[0]
+    assert "Holm-adjusted over 11 comparisons" in first and first.endswith("so its sign is not decided.")
+    assert stats.paired_t({0: 1.0, 1: 1.0}, {0: 0.0, 1: 0.0})[4] == 0.0  # a constant non-zero difference
+    assert stats.paired_t({0: 1.0, 1: 1.0}, {0: 1.0, 1: 1.0})[4] == 1.0
 
 
 def test_conclusions_with_one_seed_state_that_no_spread_can_be_estimated():
@@ -171,14 +189,18 @@ def test_a_run_s_held_out_constraints_per_scope(tmp_path):
         viz.heldout_scope_counts(run)
 
 
-def test_conclusions_compare_scopeif_with_every_other_arm_once():
+def test_conclusions_are_the_planned_comparisons_once_each():
     end = pd.DataFrame({"ila": [0.70, 0.72, 0.71], "cla": [0.60, 0.61, 0.62], "scopeif": [0.69, 0.70, 0.72]})
     start = end * 0 + 0.5
     lines = viz.arm_conclusions(start, end, end * 0 + 0.5)
     csr = [line.split(" = ")[0] for line in lines if line.startswith("Held-out CSR at the end,")]
-    assert csr == ["Held-out CSR at the end, RL-ILA minus ScopeIF", "Held-out CSR at the end, ScopeIF minus RL-CLA"]
+    # Table 1's order: ScopeIF against every other arm, RL-CLA against RL-ILA
+    assert csr == ["Held-out CSR at the end, ScopeIF minus RL-ILA", "Held-out CSR at the end, ScopeIF minus RL-CLA",
+                   "Held-out CSR at the end, RL-CLA minus RL-ILA"]
     assert next(line for line in lines if "ScopeIF minus RL-CLA" in line).endswith(": positive.")
-    assert sum("Identical-reward-pair fraction" in line for line in lines) == 2  # RL-CLA and ScopeIF against RL-ILA
+    # Fig. 4b: RL-CLA and ScopeIF against RL-ILA, ScopeIF against RL-CLA
+    assert sum("Identical-reward-pair fraction" in line for line in lines) == 3
+    assert "Holm-adjusted over 9 comparisons" in lines[2]
 
 
 def test_saving_a_figure_again_writes_the_same_bytes(tmp_path):
