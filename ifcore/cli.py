@@ -356,8 +356,9 @@ def _add_judge_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--judge-concurrency", type=int, default=8, help="judge requests in flight at most (default: 8)")
     g.add_argument("--judge-tools", type=int, default=2, help="sandbox workers running the judge's tools (default: 2)")
     g.add_argument("--judge-max-tokens", type=int, default=4096, help="tokens per judge reply at most (default: 4096)")
-    g.add_argument("--judge-retries", type=int, help="resamples of an unparsable judge reply at every stage "
-                                                    "(default: ScopeIF's, 2 for tools and 3 for judgments)")
+    g.add_argument("--judge-retries", type=int, help="retries of a judge reply that does not parse (or whose tool "
+                                                    "fails) at every stage (default: the ScopeIF reference code's, "
+                                                    "1 for tools and 2 for judgments)")
 
 
 @contextlib.contextmanager

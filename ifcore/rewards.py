@@ -201,7 +201,10 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
     Judged constraints (`"judge": true`, X15: only the constraint in words) go to `judge(prompt, text, answer,
     targets)` -- an ifcore.judge.tgv.TGV, or any callable returning {"satisfied", "graded", ...} -- outside the
     time budget (the judge has its own timeouts). Without a judge, or when it leaves one unjudged
-    (satisfied None), the constraint counts violated with g = 0 and "errors" says why.
+    (satisfied None), the constraint counts violated with g = 0 and "errors" says why; and, as the ScopeIF
+    reference code does for a prompt with an unresolved judgment (scopeif.py compute_score: `prompt_failed`), the
+    graded kinds ("scopeif", "scopeif_flat") fall back to the binary reward, the satisfied fraction ("unresolved"
+    counts those constraints).
 
     Returns reward, satisfied (list of bool), graded (list of g_i, eq. 6), format_ok, problem (format_gate's),
     answer (the verified text), offset (add it to a verdict span to index `response`), verdicts (one per
@@ -220,7 +223,7 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
         response = "" if response is None else str(response)
     start, end, problem = format_gate(response, think, truncated)
     n = len(constraints)
-    verdicts, errors, judged = [None] * n, [], [None] * n
+    verdicts, errors, judged, unresolved = [None] * n, [], [None] * n, 0
     satisfied, grades = [False] * n, [0.0] * n
     offset, answer, over_budget, clipped = 0, "", 0, False
     if problem is None:
@@ -234,6 +237,7 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
         for i, c in enumerate(constraints):
             if getattr(c, "judge", False) or (isinstance(c, dict) and c.get("judge") is True):
                 text, targets = (c.text, c.targets) if not isinstance(c, dict) else (c.get("text"), c.get("targets"))
+                unresolved += 1  # until the judge resolves it
                 if judge is None:
                     errors.append(f"constraint {i}: a judged constraint and no judge (judge=, IFCORE_JUDGE_URL)")
                     continue
@@ -243,6 +247,7 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
                         errors.append(f"constraint {i}: unjudged: {v.get('error')}")
                     else:
                         satisfied[i], grades[i] = bool(v["satisfied"]), float(v["graded"])
+                        unresolved -= 1
                 except Exception as e:  # a judge bug or outage must not stop a training run either
                     errors.append(f"constraint {i}: judge: {type(e).__name__}: {e}")
                 continue
@@ -265,10 +270,12 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
         reward = ila(satisfied)
     elif kind == "cla":
         reward = cla(satisfied)
+    elif unresolved:  # the reference's fallback for a prompt whose judgment did not resolve: the binary reward
+        reward = cla(satisfied)
     elif kind == "scopeif":
         reward = scopeif(satisfied, grades)
     else:
         reward = scopeif_flat(grades)
     return {"reward": float(reward), "satisfied": satisfied, "graded": grades, "format_ok": ok,
             "problem": problem, "answer": answer, "offset": offset, "verdicts": verdicts, "errors": errors,
-            "over_budget": over_budget, "clipped": clipped, "judged": judged}
+            "over_budget": over_budget, "clipped": clipped, "judged": judged, "unresolved": unresolved}

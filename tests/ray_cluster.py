@@ -23,6 +23,7 @@ ADDRESS = "http://127.0.0.1:8265"
 
 
 def main(cpus: str, *cmd: str) -> int:
+    from ifcore import reaper
     from ifcore.run import ray_jobs
 
     bin_dir = str(Path(sys.executable).parent)  # `ray`, and the `python` of every job's entrypoint
@@ -49,6 +50,9 @@ def main(cpus: str, *cmd: str) -> int:
         subprocess.run([f"{bin_dir}/ray", "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
         subprocess.run(["rm", "-rf", temp])
+        # This script is PID 1 of its namespace: Ray's orphans came to it. Nothing may outlive the cluster, and no
+        # zombie stays (the kernel would end them with the namespace anyway; this says it in the code).
+        reaper.kill_and_reap_all()
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ out of bounds). A `CASE:<name>` marker in the constraint scripts the faults of r
   bad_targets   target extraction without a JSON fence (every try)
   no_tool       the judge writes no tool ("None")
   bad_tool      a tool that is not Python
-  hostile_tool  a tool that escapes: reads /etc/shadow, connects out, forks, loops (HOSTILE[n])
+  hostile_tool  a tool that escapes: reads /etc/shadow, connects out, forks, loops (HOSTILE[n] for `#n`)
   no_records    the judgment has its conclusion but a broken JSON list
   garbage       the judgment has neither (every try)
-  retry         the first judgment is garbage, a resampled one (temperature 1) is fine
+  retry         the first judgment is garbage, a retry (it carries a seed) is fine
   inconsistent  the conclusion says satisfied, the record says otherwise
   down          HTTP 503 on every request
   refused       HTTP 400 on every request
@@ -114,11 +114,9 @@ class Handler(ChatHandler):
             if case == "bad_tool":
                 return tool_reply("def broken(:\n    return")
             if case == "hostile_tool":
-                with self.rec.lock:
-                    code, self.rec.hostile = HOSTILE[self.rec.hostile % len(HOSTILE)], self.rec.hostile + 1
-                return tool_reply(code)
+                return tool_reply(HOSTILE[int(re.search(r"CASE:hostile_tool #(\d+)", prompt)[1]) % len(HOSTILE)])
             return TOOL
-        if case == "garbage" or (case == "retry" and body.get("temperature") == 0.0):
+        if case == "garbage" or (case == "retry" and "seed" not in body):
             return "The response is fine, I suppose."
         found = re.search(r'"Computed Result": (-?\d+)', _between(prompt, "Auxiliary Verification Results"))
         actual = int(found[1]) if found else -1

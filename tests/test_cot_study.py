@@ -23,7 +23,7 @@ from ifcore.infer.generate import GenParams
 INSTRUCTION = "Write a haiku about rain. Do not use any commas."
 
 
-def test_the_three_modes_send_the_documented_messages():
+def test_the_modes_send_the_documented_messages():
     assert cs.io_messages(INSTRUCTION) == [
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "Write a haiku about rain. Do not use any commas."}]
@@ -35,7 +35,7 @@ def test_the_three_modes_send_the_documented_messages():
                                       "answer here </answer>."},
         {"role": "user", "content": "Write a haiku about rain. Do not use any commas."}]
     assert cs.sdc_messages(INSTRUCTION, "Rain, so: three lines, no commas.") == [
-        {"role": "system", "content": "You are a helpful assistant."},
+        cs.cot_messages(INSTRUCTION)[0],  # pass 1's system turn: the authors replace only the last user turn
         {"role": "user", "content": "Here's my original input request:\n```\nWrite a haiku about rain. Do not use any "
                                     "commas.\n```\n\nHere's my another model's reasoning process:\nRain, so: three "
                                     "lines, no commas.\n\nBased on this reasoning, provide your response directly to "
@@ -195,10 +195,12 @@ class Scripted:
         out = []
         for chat in inputs:
             system, user = chat[0]["content"], chat[-1]["content"]
-            if system == cs.COT_SYSTEM:
-                out.append(self.cot_reply(user))
-            elif user.startswith("Here's my original input request"):
+            if user.startswith("Here's my original input request"):
                 out.append("SDC final answer without any comma")
+            elif system == cs.COT_SYSTEM:
+                out.append(self.cot_reply(user))
+            elif params.chat_template_kwargs.get("enable_thinking") is False:
+                out.append("<think>\n\n</think>\n\nAnswer without thinking, no comma")
             else:
                 out.append("I/O answer, with a comma")
         return [(text, len(text.split())) for text in out]
@@ -224,16 +226,23 @@ def test_load_items_draws_the_subset_of_ifcore_eval():
         cs.load_items("mmlu")
 
 
-def test_sdc_shows_back_the_think_block_or_else_the_whole_first_pass(own_cache):
+def test_sdc_is_built_as_the_authors_build_it(own_cache):
     backend = Scripted(lambda user: "<think>Plan: no commas.</think><answer>Done</answer>" if "rain" in user
                        else "No tags, just an answer.")
     prompts = ["Write about rain.", "Write about snow."]
     out = cs.generate_modes(backend, prompts, GenParams(max_new_tokens=5))
-    assert list(out) == ["io", "cot", "sdc"]
+    assert list(out) == ["io", "cot", "sdc", "nothink"]
     second_passes = [c for c in backend.seen if c[-1]["content"].startswith("Here's my original")]
-    assert second_passes == [cs.sdc_messages("Write about rain.", "Plan: no commas."),
-                             cs.sdc_messages("Write about snow.", "No tags, just an answer.")]
-    assert [e["reasoning_source"] for e in out["sdc"]] == ["think block", "whole first pass"]
+    # one message list: pass 1's chat with only its last user turn replaced (run_local_model_openai.py), the
+    # reasoning its think block, or the text "None" where it has none (the authors' str.format of None)
+    expected = [cs.sdc_messages("Write about rain.", "Plan: no commas."), cs.sdc_messages("Write about snow.", None)]
+    assert sorted(second_passes, key=str) == sorted(expected, key=str)  # (the queue runs longest first)
+    assert expected[0][0] == cs.cot_messages("Write about rain.")[0]  # the system turn stays the CoT one
+    assert "reasoning process:\nNone\n" in expected[1][-1]["content"]
+    assert [e["reasoning_source"] for e in out["sdc"]] == ["think block", "none (the prompt says None)"]
+    assert out["sdc"][1]["reasoning"] is None
+    # w/o CoT (Table 14): the I/O chat with the template's enable_thinking switch off
+    assert [e["output"] for e in out["nothink"]] == ["<think>\n\n</think>\n\nAnswer without thinking, no comma"] * 2
     assert [e["reasoning"] for e in out["cot"]] == ["Plan: no commas.", None]
     assert out["sdc"][0]["first_pass"] == out["cot"][0]["output"]
     assert [e["truncated"] for e in out["cot"]] == [False, True]  # "No tags, just an answer." is 5 words
@@ -241,7 +250,7 @@ def test_sdc_shows_back_the_think_block_or_else_the_whole_first_pass(own_cache):
     n_seen = len(backend.seen)
     only = cs.generate_modes(backend, prompts, GenParams(max_new_tokens=5), modes=["sdc"])
     assert list(only) == ["sdc"] and len(backend.seen) == n_seen
-    with pytest.raises(ValueError, match="non-empty list of io, cot, sdc"):
+    with pytest.raises(ValueError, match="non-empty list of io, cot, sdc, nothink"):
         cs.generate_modes(backend, prompts, GenParams(), modes=["cot", "tot"])
 
 

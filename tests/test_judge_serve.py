@@ -136,8 +136,9 @@ def check_counts(tgv: TGV, verdicts: list[dict]) -> None:
 @pytest.mark.parametrize("mode, keys, retries", [
     # the tool mode, once with the counting objects extracted by the judge; no parse retries (each is a request)
     ("tgv", [(EVEN_CHARACTERS, True), (LAST_20_CHARACTERS, False)], {"generation_retries": 0, "critique_retries": 0}),
-    # the pure LLM judge; one retry of the judgment, which asks with temperature 1 and a seed
-    ("llm", [(EVEN_CHARACTERS, True), (COZY, True)], {"critique_retries": 1}),
+    # the pure LLM judge; one retry of the judgment, resampled (a named option: the reference retries at
+    # temperature 0) with a seed
+    ("llm", [(EVEN_CHARACTERS, True), (COZY, True)], {"critique_retries": 1, "retry_temperature": 1.0}),
 ])
 def test_tgv_against_served_smollm2_gives_well_formed_counted_cached_verdicts(client, sandbox, mode, keys, retries,
                                                                              monkeypatch):

@@ -152,13 +152,14 @@ run_arms(["ila", "cla"], [0], 10_000, sys.argv[1], config=json.loads(sys.argv[2]
 """
 
 
-def _trainers(runs_dir: Path) -> list:
-    """The live `ifcore train` processes working under runs_dir (zombies awaiting their reaper excluded)."""
+def _trainers(runs_dir: Path, reapers: bool = True) -> list:
+    """The processes of `ifcore train` runs under runs_dir, zombies included (on a machine whose PID 1 does not
+    reap, a zombie stays for good), with or without their ifcore.reaper parents."""
     found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+    for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        live = proc.info["status"] != psutil.STATUS_ZOMBIE
-        if live and "--config" in cmdline and str(runs_dir) in " ".join(cmdline):
+        reaper = any(part.endswith("reaper.py") for part in cmdline)
+        if "--config" in cmdline and str(runs_dir) in " ".join(cmdline) and (reapers or not reaper):
             found.append(proc)
     return found
 
@@ -168,9 +169,9 @@ def _start_sweep(runs_dir: Path, env: dict):
     sweep = subprocess.Popen([sys.executable, "-c", SWEEP, str(runs_dir), json.dumps(TINY_RUN)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while len(_trainers(runs_dir)) < 2 and sweep.poll() is None and time.time() < deadline:
+    while len(_trainers(runs_dir, reapers=False)) < 2 and sweep.poll() is None and time.time() < deadline:
         time.sleep(0.1)
-    assert len(_trainers(runs_dir)) == 2, "the sweep did not start its two trainers"
+    assert len(_trainers(runs_dir, reapers=False)) == 2, "the sweep did not start its two trainers"
     return sweep
 
 
@@ -178,7 +179,7 @@ def _start_sweep(runs_dir: Path, env: dict):
 @pytest.mark.parametrize("how", ["interrupt", "kill"])
 def test_a_stopped_sweep_leaves_no_trainer_running(env, tmp_path, how):
     """SIGINT (a notebook's stop button) stops the children before the sweep returns; SIGKILL (a restarted
-    kernel) leaves them orphaned, and they notice and stop at their next step."""
+    kernel) leaves them orphaned, and their reapers notice, stop them and say so in their logs."""
     runs_dir = tmp_path / "runs"
     sweep = _start_sweep(runs_dir, env)
     try:
@@ -195,3 +196,17 @@ def test_a_stopped_sweep_leaves_no_trainer_running(env, tmp_path, how):
     finally:
         for proc in _trainers(runs_dir):  # never leave a failing test's trainers behind
             proc.kill()
+
+
+@pytest.mark.slow
+def test_resampling_the_warm_start_gives_each_seed_its_own_data_and_policy(env, tmp_path):
+    runs = run_arms(["ila", "cla"], [0, 1], 1, tmp_path / "runs", config={**TINY_RUN, "eval_every": 1},
+                    progress=False, resample_warm_start=True)
+    configs = {(r.arm, r.seed): json.loads((r.path / "config.json").read_text()) for r in runs.itertuples()}
+    ident = {k: {f: c["identity"][f] for f in ("warm_start.seed", "model_sha256", "train_data_sha256")}
+             for k, c in configs.items()}
+    # one warm start and dataset per seed, shared by the arms of that seed (differences stay paired)
+    assert ident[("ila", 0)] == ident[("cla", 0)] and ident[("ila", 1)] == ident[("cla", 1)]
+    assert ident[("ila", 0)]["warm_start.seed"] == 0 and ident[("ila", 1)]["warm_start.seed"] == 1
+    assert ident[("ila", 0)]["model_sha256"] != ident[("ila", 1)]["model_sha256"]
+    assert ident[("ila", 0)]["train_data_sha256"] != ident[("ila", 1)]["train_data_sha256"]

@@ -79,22 +79,34 @@ def test_the_graded_value_is_the_geometric_mean_of_the_records():
     expected = (rewards.graded(3, 5, 7, 2.0) * rewards.graded(0, 0, 2, 2.0) * 1.0) ** (1 / 3)  # eq. 6
     assert v["graded"] == pytest.approx(expected) and v["satisfied"] is False and not v["inconsistent"]
     assert [r["hi"] for r in v["records"]] == [5, 0, math.inf]
+    # the reference clips each record's reward at 1e-5 before the geometric mean; reward_floor=0 is eq. 6 strictly
+    far = reply.replace('"Actual Value": 2}', '"Actual Value": 10000}')
+    clipped = TGV(Canned(far), mode="llm", alpha=2.0)("x", "c", "y", targets=[])
+    assert rewards.graded(0, 0, 10000, 2.0) == 0.0 and clipped["graded"] == pytest.approx(
+        (rewards.graded(3, 5, 7, 2.0) * 1e-5) ** (1 / 3))
+    assert TGV(Canned(far), mode="llm", alpha=2.0, reward_floor=0.0)("x", "c", "y", targets=[])["graded"] == 0.0
 
 
 @pytest.mark.parametrize("case, source, stage, requests, counted", [
-    ("bad_targets", "fallback", "targets", {"targets": 3, "tool": 1, "judgment": 1}, {"targets_unparsed", "fallback"}),
+    # the reference's attempts in total: 2 at a generation stage, 3 at the judgment
+    ("bad_targets", "fallback", "targets", {"targets": 2, "tool": 1, "judgment": 1}, {"targets_unparsed", "fallback"}),
     ("no_tool", "tgv", None, {"targets": 1, "tool": 1, "judgment": 1}, {"tool_none", "tgv"}),
-    ("bad_tool", "tgv", None, {"targets": 1, "tool": 3, "judgment": 1}, {"tool_unparsed", "tgv"}),
-    ("no_records", "fallback", "records", {"targets": 1, "tool": 1, "judgment": 4}, {"records_unparsed", "fallback"}),
-    ("garbage", None, "judgment", {"targets": 1, "tool": 1, "judgment": 4}, {"unjudged"}),
+    ("bad_tool", "tgv", None, {"targets": 1, "tool": 2, "judgment": 1}, {"tool_unparsed", "tool_retry", "tgv"}),
+    # no valid counting results: unresolved, as in the reference (the response then gets the binary reward)
+    ("no_records", None, "judgment", {"targets": 1, "tool": 1, "judgment": 3}, {"unjudged"}),
+    ("garbage", None, "judgment", {"targets": 1, "tool": 1, "judgment": 3}, {"unjudged"}),
     ("retry", "tgv", None, {"targets": 1, "tool": 1, "judgment": 2}, {"tgv"}),
     ("inconsistent", "tgv", None, {"targets": 1, "tool": 1, "judgment": 1}, {"tgv", "inconsistent"}),
     ("down", None, "request", {"targets": 1}, {"request_failed", "unjudged"}),
     ("refused", None, "request", {"targets": 1}, {"request_failed", "unjudged"}),
+    # the named option: the parsed conclusion when the counting results do not parse (not the reference)
+    ("no_records+verdict_fallback", "fallback", "records", {"targets": 1, "tool": 1, "judgment": 3},
+     {"records_unparsed", "fallback"}),
 ])
 def test_every_fault_falls_back_or_is_unjudged_and_is_counted(client, server, sandbox, case, source, stage, requests,
                                                               counted):
-    tgv = TGV(client, sandbox)
+    case, _, option = case.partition("+")
+    tgv = TGV(client, sandbox, **({option: True} if option else {}))
     v = tgv(INSTRUCTION, f"Use at most 120 words. CASE:{case}", FIVE)
     assert (v["source"], v["stage"]) == (source, stage)
     assert server.counts == requests
@@ -110,8 +122,9 @@ def test_every_fault_falls_back_or_is_unjudged_and_is_counted(client, server, sa
         assert v["satisfied"] is False and v["records"][0]["actual"] == -1
     if case == "inconsistent":  # the statistics win over the conclusion (ScopeIF appendix E.4)
         assert v["verdict"] is True and v["satisfied"] is False and v["inconsistent"]
-    if case == "retry":  # the retry resampled: temperature 1 and a seed, so it is a new, cacheable question
-        assert [b["temperature"] for b in server.bodies if "Counting Results" in b["messages"][-1]["content"]] == [0.0, 1.0]
+    if case == "retry":  # the reference retries at temperature 0; the seed makes it a new, cacheable question
+        asked = [b for b in server.bodies if "Counting Results" in b["messages"][-1]["content"]]
+        assert [(b["temperature"], b.get("seed")) for b in asked] == [(0.0, None), (0.0, 1)]
 
 
 def test_hostile_tools_are_contained_and_leak_nothing(client, server, sandbox, monkeypatch):
@@ -181,12 +194,21 @@ def test_score_response_asks_the_judge_for_judged_constraints(client, server, sa
     assert r["reward"] == pytest.approx(rewards.scopeif([True, False], [1.0, g]))  # eq. 7 over both kinds
     assert r["judged"][0] is None and r["judged"][1]["source"] == "tgv" and not r["errors"]
     assert INSTRUCTION in server.bodies[0]["messages"][-1]["content"]
-    # no judge: the constraint counts violated, and the errors say why
+    assert r["unresolved"] == 0
+    # no judge: the constraint counts violated, the errors say why, and the graded kinds fall back to the binary
+    # reward as the reference does for a prompt whose judgment did not resolve (1 of 2 satisfied: 0.5)
     r = rewards.score_response(FIVE, constraints)
     assert r["satisfied"] == [True, False] and "no judge" in r["errors"][0]
+    assert r["unresolved"] == 1 and r["reward"] == 0.5
+    assert rewards.score_response(FIVE, constraints, kind="scopeif_flat")["reward"] == 0.5
     # a judge that breaks never breaks the reward
     r = rewards.score_response(FIVE, constraints, judge=lambda *a: 1 / 0)
-    assert r["satisfied"] == [True, False] and "ZeroDivisionError" in r["errors"][0]
+    assert r["satisfied"] == [True, False] and "ZeroDivisionError" in r["errors"][0] and r["reward"] == 0.5
+    # unjudged after the judge's attempts: the same fallback
+    garbage = {"constraints": [LABEL["constraints"][0], {**JUDGED, "text": JUDGED["text"] + " CASE:garbage"}]}
+    r = rewards.score_response(FIVE, parse_label(garbage),
+                               judge=tgv, prompt=INSTRUCTION)
+    assert r["satisfied"] == [True, False] and r["unresolved"] == 1 and r["reward"] == 0.5
 
 
 def test_the_adapters_use_the_judge(client, server, sandbox, monkeypatch):

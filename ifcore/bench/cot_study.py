@@ -7,13 +7,17 @@ The three prompt modes, worded as in the authors' code (github.com/yuleiqin/RAIF
 - CoT: the instruction under the R1-style trigger that RAIF puts in the system message of fast-thinking models
   (its Fig. 23; the text is the system turn of openrlhf/trainer/ppo_utils/complex_scoring.py): think inside
   <think> </think>, answer inside <answer> </answer>.
-- SDC, Self-DeepClaude (A.5.3, Fig. 24), two passes: pass 1 is the CoT chat; its reasoning is packed with the
-  original request into the authors' PROMPT_DEEPCLAUDE (run_local_model_openai.py) as the user turn of pass 2,
-  whose system turn stays the I/O one (the authors replace only the last user turn); pass 2's output is SDC's
-  answer. The authors take the reasoning from the server's `reasoning_content` (the think block); where pass 1
-  has no think tag at all, we show back its whole output (what the model wrote when asked to reason) -- our
-  choice, reported per prompt as `reasoning_source`. Pass 1 is the CoT mode's own greedy completion (cached),
-  so SDC costs one extra pass.
+- SDC, Self-DeepClaude (A.5.3, Fig. 24), two passes built as the authors' code builds them
+  (COMPLEX_INSTRUCTIONS/run_local_model_openai.py, call_model_service): one message list; pass 1 is the CoT chat;
+  then only its last user turn is replaced by the authors' PROMPT_DEEPCLAUDE holding the original request and
+  pass 1's reasoning, so pass 2 keeps pass 1's system turn; pass 2's output is SDC's answer. The reasoning is pass
+  1's think block (the authors read the server's `reasoning_content`); where pass 1 has no think block,
+  `reasoning_content` is None and the authors' `str.format` writes the text "None" into the prompt: so do we
+  (`reasoning_source` says which, per prompt). Pass 1 is the CoT mode's own greedy completion (cached), so SDC
+  costs one extra pass.
+- w/o CoT (RAIF Table 14, for reasoning models): the I/O chat rendered with an empty think block, through the
+  chat template's `enable_thinking=False` (Qwen3's switch, which writes `<think>\n\n</think>\n\n` after the
+  generation prompt). A template without a think block ignores the switch, and the mode is then I/O again.
 
 Decoding is greedy (the authors': temperature 0). Every completion is scored by the code behind `ifcore eval`:
 the official IFEval / IFBench checkers (strict and loose; P-S, I-S, P-L, I-L) and ScopeIF-Test's schema
@@ -27,12 +31,13 @@ import math
 import random
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from ifcore import rewards, stats
 
-MODES = ("io", "cot", "sdc")
-MODE_LABELS = {"io": "I/O", "cot": "CoT", "sdc": "SDC"}
+MODES = ("io", "cot", "sdc", "nothink")
+MODE_LABELS = {"io": "I/O", "cot": "CoT", "sdc": "SDC", "nothink": "w/o CoT"}
 VIEWS = ("as answered", "answer-extracted")
 BENCHMARKS = ("ifeval", "ifbench", "scopeif")
 METRICS = {"ifeval": ("P-S", "I-S", "P-L", "I-L"), "ifbench": ("P-S", "I-S", "P-L", "I-L"), "scopeif": ("CSR", "ISR")}
@@ -69,9 +74,10 @@ def cot_messages(instruction: str) -> list[dict]:
     return [{"role": "system", "content": COT_SYSTEM}, {"role": "user", "content": instruction}]
 
 
-def sdc_messages(instruction: str, reasoning: str) -> list[dict]:
-    """SDC's pass 2: the original request and pass 1's reasoning in one user turn (RAIF Fig. 24)."""
-    return [{"role": "system", "content": IO_SYSTEM},
+def sdc_messages(instruction: str, reasoning: str | None) -> list[dict]:
+    """SDC's pass 2: pass 1's chat with only its last user turn replaced by the original request and pass 1's
+    reasoning (RAIF Fig. 24); None (no think block) is written as the authors' str.format writes it, "None"."""
+    return [*cot_messages(instruction)[:-1],
             {"role": "user", "content": SDC_USER.format(original_content=instruction, reasoning=reasoning)}]
 
 
@@ -202,6 +208,9 @@ def generate_modes(model, prompts: list[str], params, modes=MODES, progress: boo
     first = [m for m in ("io", "cot") if m in modes or (m == "cot" and "sdc" in modes)]
     done = generate(model, [c for m in first for c in chats[m]], params, progress=progress, with_tokens=True)
     raw = {m: done[i * len(prompts):(i + 1) * len(prompts)] for i, m in enumerate(first)}
+    if "nothink" in modes:
+        nothink = replace(params, chat_template_kwargs={**params.chat_template_kwargs, "enable_thinking": False})
+        raw["nothink"] = generate(model, chats["io"], nothink, progress=progress, with_tokens=True)
 
     def entry(text, tokens, reasoning, source):
         # A count of None: a completion cached before counts were kept.
@@ -217,8 +226,10 @@ def generate_modes(model, prompts: list[str], params, modes=MODES, progress: boo
         cot.append(entry(t, n, reasoning, None if reasoning is None else "think block"))
     if "cot" in modes:
         out["cot"] = cot
+    if "nothink" in modes:
+        out["nothink"] = [entry(t, n, None, None) for t, n in raw["nothink"]]
     if "sdc" in modes:
-        shown = [(e["reasoning"], "think block") if e["reasoning"] is not None else (e["output"], "whole first pass")
+        shown = [(e["reasoning"], "think block" if e["reasoning"] is not None else "none (the prompt says None)")
                  for e in cot]
         second = generate(model, [sdc_messages(p, r) for p, (r, _) in zip(prompts, shown)], params,
                           progress=progress, with_tokens=True)
@@ -416,7 +427,7 @@ def format_table(outputs):
             row[f"has {tag}"] = g["output"].str.contains(tag, regex=False).mean()
         row["hit max_new_tokens"] = g["truncated"].mean()
         row["placeholder reasoning"] = g["placeholder"].mean()
-        row["reasoning from a think block"] = (math.nan if mode == "io"
+        row["reasoning from a think block"] = (math.nan if mode in ("io", "nothink")
                                                else (g["reasoning_source"] == "think block").mean())
         rows.append(row)
     return pd.DataFrame(rows).set_index("mode")
@@ -443,14 +454,14 @@ def reasoning_table(outputs, threshold: float = 0.5):
 
 def keyword_table(outputs, keywords=KEYWORDS):
     """Occurrences per 1000 words of each keyword (RAIF Fig. 4) in each text source: the I/O responses (the
-    baseline), the CoT reasoning (think blocks), SDC's reasoning shown back (think blocks, or whole first passes)
+    baseline; w/o CoT's too), the CoT reasoning (think blocks), SDC's reasoning shown back (think blocks)
     and SDC's answers. Columns: the sources, with their word counts in the header."""
     import pandas as pd
 
     sources = {}
     for mode, g in outputs.groupby("mode", sort=False):
-        if mode == "io":
-            sources["I/O response"] = g["output"]
+        if mode in ("io", "nothink"):
+            sources[f"{MODE_LABELS[mode]} response"] = g["output"]
         else:
             shown = " shown back" if mode == "sdc" else ""  # SDC's: what its second pass read as reasoning
             sources[f"{MODE_LABELS[mode]} reasoning{shown}"] = g["reasoning"].dropna()

@@ -1,7 +1,9 @@
 """`transformers serve` for a registry model on loopback, and the generation speed benchmark.
 
-`serve(name)` is a context manager: it starts the server in its own process group, waits until /v1/models
-answers, yields an `Endpoint` for `generate`, and on exit stops the whole group (SIGTERM, then SIGKILL).
+`serve(name)` is a context manager: it starts the server under ifcore.reaper (its own process group, every
+process below it reaped whatever PID 1 does), waits until /v1/models answers, yields an `Endpoint` for
+`generate`, and on exit stops it (SIGTERM, 10 s for requests in flight, then SIGKILL) and waits until nothing of
+it is left and its port is free.
 On a GPU, vLLM serves the same folder faster: docs/inference.md has the command.
 """
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import tempfile
 import time
 import urllib.request
 
+from ifcore import reaper
 from ifcore.infer.generate import Endpoint, GenParams, Local
 from ifcore.infer.registry import model_id, resolve
 
@@ -42,8 +44,7 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 0, device: str = "auto
     argv = serve_command(name, host, port, device)
     env = dict(os.environ, OMP_NUM_THREADS=str(len(cpus))) if cpus else None
     with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True, preexec_fn=_stop_with_parent)
+        proc = reaper.popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             if cpus:
                 os.sched_setaffinity(proc.pid, cpus)  # before torch starts its threads, which inherit it
@@ -63,43 +64,39 @@ def serve(name: str, host: str = "127.0.0.1", port: int = 0, device: str = "auto
                 time.sleep(0.5)
             yield Endpoint(model=argv[4], base_url=base_url, api_key="EMPTY", model_id=f"serve:{model_id(name)}")
         finally:
-            _stop(proc)
+            _stop(proc, host, port)
 
 
 def serve_forever(name: str, host: str = "127.0.0.1", port: int = 8000, device: str = "auto") -> int:
     """`ifcore serve --model NAME`: the server in the foreground until Ctrl-C; returns its exit code."""
     argv = serve_command(name, host, port, device)
     print(f"serving {argv[4]} on http://{host}:{port}/v1 (model name: {argv[4]}); Ctrl-C stops it", flush=True)
-    proc = subprocess.Popen(argv, start_new_session=True)
+    proc = reaper.popen(argv)
     try:
         return proc.wait()
     except KeyboardInterrupt:
         return 0
     finally:
-        _stop(proc)
+        _stop(proc, host, port)
 
 
-def _stop_with_parent() -> None:
-    """In the server's child before exec: SIGKILL when the process that started it dies by any signal (a
-    restarted notebook kernel), so no server outlives its block (on SIGTERM it would wait out its requests).
-    Linux only; elsewhere a no-op."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    # uvicorn's graceful shutdown waits for the requests in flight, which may be long generations: SIGKILL then.
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)  # the group: workers the server started go too
+def _stop(proc, host: str, port: int) -> None:
+    """Stop the server (uvicorn's graceful shutdown waits for the requests in flight, which may be long
+    generations: the reaper gives it 10 s, then SIGKILL) and wait until its whole group is gone and the port
+    refuses connections, at most 30 s each; what is still there then is reported, not raised over the block's
+    own exception."""
+    left = reaper.stop(proc, timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
         try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            socket.create_connection((host, port), timeout=1).close()
+        except OSError:
+            break
+        time.sleep(0.1)
+    else:
+        left.append(f"port {port} still answers")
+    if left:
+        print(f"ifcore serve: after stopping, still there: {left}", file=sys.stderr, flush=True)
 
 
 BENCH_TOPICS = ["cats", "the moon", "bread", "rivers", "chess", "volcanoes", "bicycles", "coffee", "winter",

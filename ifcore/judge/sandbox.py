@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+from ifcore import reaper
+
 RESULT_CAP = 10_000  # characters of the serialized result, as in ScopeIF
 NOBODY = 65534
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -254,6 +256,14 @@ def _execute(req: dict, base: str, n: int) -> dict:
         except ProcessLookupError:
             pass
     _, status = os.waitpid(pid, 0)
+    # The tool cannot fork under the rlimits and the filter; should a process of it ever get out (it would come to
+    # this worker, a subreaper), it is killed and reaped here, so nothing outlives the call. Usually no child is left.
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+        reaper.kill_and_reap_all()  # a child still running: a stray the tool left
+    except ChildProcessError:
+        pass
     shutil.rmtree(scratch, ignore_errors=True)
     if problem == "timeout":
         return _result("timeout", error=f"wall time limit ({req['timeout']} s) exceeded")
@@ -282,6 +292,7 @@ def _worker() -> None:
 
     from ifcore.text import Doc
 
+    reaper.become_subreaper()
     for name in _PRELOAD:
         importlib.import_module(name)
     Doc("Warm up the splitter. It loads its parameters once.").sentences  # noqa: B018
@@ -321,14 +332,13 @@ class Sandbox:
             self._idle.put(self._start())
 
     def _start(self) -> subprocess.Popen:
-        # A minimal environment: the worker (and so /proc/<worker>/environ) holds no secret of the caller.
-        proc = subprocess.Popen([sys.executable, "-I", "-m", "ifcore.judge.sandbox"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/",
-                                env={"PATH": SAFE_PATH})
+        # A minimal environment: the worker (and so /proc/<worker>/environ) holds no secret of the caller. Under
+        # ifcore.reaper, in a session of its own: a worker that is replaced or stopped leaves nothing behind.
+        proc = reaper.popen([sys.executable, "-I", "-m", "ifcore.judge.sandbox"], grace=1, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env={"PATH": SAFE_PATH})
         line = _readline(proc, time.monotonic() + 60)
         if line is None:
-            proc.kill()
-            proc.wait()
+            reaper.stop(proc)
             raise RuntimeError("sandbox worker did not start (python -I -m ifcore.judge.sandbox)")
         self.hardening = json.loads(line)["hardening"]
         return proc
@@ -345,17 +355,19 @@ class Sandbox:
             raise RuntimeError("the sandbox is closed")
         proc = self._idle.get()
         try:
-            if proc.poll() is not None:  # died between calls (killed from outside): the call gets a fresh one
-                proc = self._start()
-            try:
-                proc.stdin.write(request.encode())
-                proc.stdin.flush()
-                line = _readline(proc, time.monotonic() + self.timeout + 30)
-            except (OSError, ValueError):
-                line = None
+            for fresh in (False, True):
+                if fresh or proc.poll() is not None:  # died between calls (killed from outside): a fresh worker
+                    reaper.stop(proc)
+                    proc = self._start()
+                try:
+                    proc.stdin.write(request.encode())
+                    proc.stdin.flush()
+                    break
+                except (OSError, ValueError):  # died between calls, its reaper not yet gone: the request never
+                    continue                    # reached it
+            line = _readline(proc, time.monotonic() + self.timeout + 30)
             if line is None:  # the worker died or hangs: replace it, the call counts as killed
-                proc.kill()
-                proc.wait()
+                reaper.stop(proc)
                 proc = self._start()
                 return _result("killed", error="the sandbox worker died during the call")
             return json.loads(line)
@@ -366,12 +378,12 @@ class Sandbox:
         """Stop the workers (waits for calls in flight)."""
         for _ in range(self._workers):
             proc = self._idle.get()
-            proc.stdin.close()
+            proc.stdin.close()  # the worker ends at EOF, and its reaper with it
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                pass
+            reaper.stop(proc)
         self._workers = 0
 
     def __enter__(self) -> Sandbox:

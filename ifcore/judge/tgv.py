@@ -16,8 +16,18 @@ A failed or absent tool is not a fallback: the judgment runs without auxiliary r
 
 Modes, the paper's Table 4 rows: "tgv" (the tool sees the response), "static" (w/ Static Tool: the tool is
 designed without the response and takes the whole response as its input), "llm" (a pure LLM judge: no tool).
-Retries, as in the reference code: generation parses retried twice, the judgment three times; a retry samples
-(temperature 1, a fixed seed per attempt), so it asks anew yet stays cacheable and reproducible.
+Defaults follow the reference code (thu-coai/ScopeIF, ScopeIF/verl/utils/reward_score/scopeif.py: compute_score,
+_generate_code_with_retries, _generate_critique_with_retries, _score_objective_results):
+- 2 attempts in total at the tool (code_max_iters = 2), the second when the first did not parse or its tool failed
+  to run; 3 attempts in total at the judgment (max_iters = 3), the next when the reply holds no valid counting
+  results; every attempt at temperature 0.0 (a retry carries a seed per attempt, so the disk cache does not answer
+  it with the first reply and it stays reproducible);
+- each record's eq. 5 reward clipped at 1e-5 before the geometric mean of eq. 6 (np.clip(item_rewards, 1e-5, 1));
+- a judgment without valid counting results after its attempts is unresolved (source None), and the response's
+  reward then falls back to the binary reward (ifcore.rewards.score_response; the reference's `prompt_failed`).
+Named options that are not the reference: `retry_temperature` > 0 resamples a retry; `reward_floor=0` is eq. 6
+strictly (g = 0 as soon as one record's reward is 0); `verdict_fallback=True` takes the judge's parsed conclusion
+(g = 1 or 0) when its counting results do not parse, instead of leaving the constraint unresolved.
 """
 from __future__ import annotations
 
@@ -37,17 +47,24 @@ STATIC_RESPONSE = "(not shown: design a tool for any response to this instructio
 
 
 class TGV:
-    def __init__(self, client, sandbox=None, mode: str = "tgv", alpha: float = 3.0, generation_retries: int = 2,
-                 critique_retries: int = 3, **params):
+    def __init__(self, client, sandbox=None, mode: str = "tgv", alpha: float = 3.0, generation_retries: int = 1,
+                 critique_retries: int = 2, retry_temperature: float = 0.0, reward_floor: float = 1e-5,
+                 verdict_fallback: bool = False, **params):
         """`client`: anything with `complete(prompt, **params) -> str` raising ifcore.judge.client.JudgeError
         (a JudgeClient). `sandbox`: an ifcore.judge.sandbox.Sandbox (needed unless mode is "llm"). `params`:
-        sampling parameters for every request (e.g. max_tokens)."""
+        sampling parameters for every request (e.g. max_tokens). The other options: the module docstring."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if mode != "llm" and sandbox is None:
             raise ValueError(f"mode {mode!r} runs the judge's tools: pass a sandbox (ifcore.judge.sandbox.Sandbox)")
+        if not 0.0 <= reward_floor < 1.0:
+            raise ValueError(f"reward_floor must lie in [0, 1), got {reward_floor!r}")
+        if not 0.0 <= retry_temperature <= 2.0:
+            raise ValueError(f"retry_temperature must lie in [0, 2], got {retry_temperature!r}")
         self.client, self.sandbox, self.mode, self.alpha = client, sandbox, mode, check_alpha(alpha)
         self.generation_tries, self.critique_tries = generation_retries + 1, critique_retries + 1
+        self.retry_temperature, self.reward_floor, self.verdict_fallback = retry_temperature, reward_floor, \
+            verdict_fallback
         self.params = params
         self.counts: Counter = Counter()
         self._lock = threading.Lock()
@@ -59,10 +76,11 @@ class TGV:
         with self._lock:
             self.counts.update(keys)
 
-    def _ask(self, prompt: str, parse, tries: int):
-        """parse(reply) for the first reply that parses; JudgeParseError of the last one when none does."""
-        for attempt in range(tries):
-            retry = {} if attempt == 0 else {"temperature": 1.0, "seed": attempt}
+    def _ask(self, prompt: str, parse, tries: int, first: int = 0):
+        """parse(reply) for the first reply that parses; JudgeParseError of the last one when none does. Attempts
+        are numbered from `first`; a retry carries its number as the seed."""
+        for attempt in range(first, first + tries):
+            retry = {} if attempt == 0 else {"temperature": self.retry_temperature, "seed": attempt}
             try:
                 return parse(self.client.complete(prompt, **{**self.params, **retry}))
             except JudgeParseError as e:
@@ -85,10 +103,18 @@ class TGV:
                     out["stage"], out["error"], targets = "targets", str(e), []
             results = self._tool(instruction, constraint, response, targets, out) if self.mode != "llm" else ""
             prompt = critique_prompt(instruction, constraint, response, targets, results)
+            def critique(text: str) -> dict:
+                judged = parse_critique(text)
+                if not judged["records"] and not self.verdict_fallback:  # the reference: not a valid judgment
+                    raise JudgeParseError("the judgment gives no counting results", text)
+                return judged
+
             try:
-                judged = self._ask(prompt, parse_critique, self.critique_tries)
+                judged = self._ask(prompt, critique, self.critique_tries)
             except JudgeParseError as e:
                 try:  # the conclusion alone: the binary verdict the graded one falls back to
+                    if not self.verdict_fallback:
+                        raise
                     verdict = parse_verdict(e.raw)
                 except JudgeParseError:
                     self._count("unjudged")
@@ -109,8 +135,9 @@ class TGV:
         records = [{"target": r["target"], "lo": r["required"][0], "hi": r["required"][1], "actual": r["actual"]}
                    for r in judged["records"]]
         satisfied = all(r["lo"] <= r["actual"] <= r["hi"] for r in records)
-        # eq. 6: the geometric mean of the records' eq. 5 rewards (0 as soon as one is 0)
-        rewards = [graded(r["lo"], r["hi"], r["actual"], self.alpha) for r in records]
+        # eq. 6: the geometric mean of the records' eq. 5 rewards, each clipped at reward_floor as the reference
+        # does (with 0: eq. 6 strictly, 0 as soon as one is 0)
+        rewards = [max(self.reward_floor, graded(r["lo"], r["hi"], r["actual"], self.alpha)) for r in records]
         g = 0.0 if min(rewards) <= 0.0 else math.exp(sum(map(math.log, rewards)) / len(rewards))
         inconsistent = satisfied != judged["verdict"]
         self._count("tgv", *(["inconsistent"] if inconsistent else []))
@@ -121,21 +148,25 @@ class TGV:
         """Design the tool (Table 15) and run it in the sandbox: its results for the judgment, "" without any."""
         static = self.mode == "static"
         prompt = tool_prompt(instruction, constraint, STATIC_RESPONSE if static else response, targets)
-        try:
-            tool = self._ask(prompt, lambda text: parse_tool(text, response), self.generation_tries)
-        except JudgeParseError as e:
-            self._count("tool_unparsed")
-            out["tool"] = {"kind": "unparsed", "error": e.what}
-            return ""
-        if tool is None:
-            self._count("tool_none")
-            out["tool"] = {"kind": "none"}
-            return ""
-        args = [response if static else value for value in tool["args"].values()]
-        ran = self.sandbox.run(tool["code"], tool["name"], args)
-        self._count(f"tool_{ran['kind']}")
-        out["tool"] = {"kind": ran["kind"], "error": ran["error"]}
-        return ran["result"] if ran["ok"] else ""
+        for attempt in range(self.generation_tries):  # the reference designs anew when a tool fails to parse or run
+            if attempt:
+                self._count("tool_retry")
+            try:
+                tool = self._ask(prompt, lambda text: parse_tool(text, response), 1, first=attempt)
+            except JudgeParseError as e:
+                kind, out["tool"] = "unparsed", {"kind": "unparsed", "error": e.what}
+                continue
+            if tool is None:  # the judge says no tool is needed: not a failure, no retry
+                self._count("tool_none")
+                out["tool"] = {"kind": "none"}
+                return ""
+            args = [response if static else value for value in tool["args"].values()]
+            ran = self.sandbox.run(tool["code"], tool["name"], args)
+            kind, out["tool"] = ran["kind"], {"kind": ran["kind"], "error": ran["error"]}
+            if ran["ok"]:
+                break
+        self._count(f"tool_{kind}")
+        return ran["result"] if kind == "ok" else ""
 
     def many(self, items: list[tuple], workers: int | None = None) -> list[dict]:
         """Judge (instruction, constraint, response[, targets]) items concurrently; verdicts in their order."""
@@ -153,7 +184,7 @@ def judge_session(base_url: str | None = None, model: str | None = None, serve: 
     """A TGV judge for a block: a JudgeClient on `base_url` / `model` (default $IFCORE_JUDGE_URL /
     $IFCORE_JUDGE_MODEL), or on a registry model `serve`d for the block by `transformers serve` on loopback
     (ifcore.infer.serve), and a sandbox of `tools` workers; all stopped on exit. `retries`: resamples of an
-    unparsable reply at every stage (None: ScopeIF's, 2 for generation and 3 for the judgment). `settings` go to
+    unparsable reply at every stage (None: the reference code's, 1 at the tool and 2 at the judgment). `settings` go to
     JudgeClient."""
     from ifcore.judge.client import JudgeClient
     from ifcore.judge.sandbox import Sandbox

@@ -765,15 +765,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         if start == 0:
             log(evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=0))
 
-        # Set by ifcore.train.sweep: a run whose sweep is gone (a killed notebook kernel) stops at the next step.
-        sweep_pid = os.environ.get("IFCORE_SWEEP_PID")
         B, G = cfg.prompts_per_step, cfg.group_size
         bar = tqdm(range(start + 1, cfg.steps + 1), initial=start, total=cfg.steps, desc=f"grpo {cfg.reward}",
                    disable=not progress, dynamic_ncols=True)
         for step in bar:
-            if sweep_pid and os.getppid() != int(sweep_pid):
-                raise SystemExit(f"{out}: the sweep that started this run (pid {sweep_pid}) is gone; stopping "
-                                 f"before step {step} (rerun to resume)")
             t0 = time.time()
             # ---- the step's prompts: a fresh permutation of the training rows per epoch, seeded by (seed, epoch) ----
             idx = []

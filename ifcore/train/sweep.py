@@ -8,9 +8,10 @@ field, the warm start with its defaults, the data files' sha256, the trainer ver
 configuration is reused, an interrupted one resumes from its last checkpoint, and a run whose steps, learning rate,
 model size or data changed trains in a new folder beside the old ones, whose rows are never shown.
 
-Children run in their own process groups. Interrupting the sweep (KeyboardInterrupt: the notebook's stop
-button) or any error in it stops them all (SIGTERM, then SIGKILL after GRACE_SECONDS); a child whose sweep was
-killed outright (a restarted kernel) stops at its next step. A failed run does not stop the others: the sweep
+Children run under ifcore.reaper, each in its own process group. Interrupting the sweep (KeyboardInterrupt: the
+notebook's stop button) or any error in it stops them all (SIGTERM, then SIGKILL after GRACE_SECONDS) and returns
+once nothing of them is left; a child whose sweep was killed outright (a restarted kernel) is stopped by its
+reaper within a second, which says so in its train.log. An interrupted run resumes from its last checkpoint. A failed run does not stop the others: the sweep
 finishes them, then raises with each failed run's log tail.
 
 backend="ray": each run is a job of the Ray cluster whose dashboard is at `address` (ifcore.run.ray_jobs; no ray
@@ -39,6 +40,7 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
+from ifcore import reaper
 from ifcore.jsonl import iter_jsonl, read_jsonl
 
 BACKENDS = ("local", "ray", "openrlhf")
@@ -68,7 +70,8 @@ def _steps_done(path: Path) -> int:
 
 
 def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | None = None,
-             workers: int = 2, backend: str = "local", progress: bool = True, address: str | None = None):
+             workers: int = 2, backend: str = "local", progress: bool = True, address: str | None = None,
+             resample_warm_start: bool = False):
     """Train every (arm, seed) whose run is not finished; returns a DataFrame, one row per run in (arm, seed) order.
 
     An arm is a reward kind (the arm of that name trains with that reward), or a (name, overrides) pair: TrainConfig
@@ -86,6 +89,12 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
     steps (a text bar, redrawn in JupyterLab and kept by papermill) and a line per finished run. `backend`: "local"
     (child processes here), "ray" or "openrlhf" (jobs of the cluster whose dashboard is at `address`, default
     $RAY_ADDRESS or http://127.0.0.1:8265; see the module's docstring).
+
+    `resample_warm_start`: each seed gets its own default dataset and warm-started policy (warm_start.seed = the
+    run's seed), so that an interval over seeds covers the variation of the data and of the warm start as well as
+    that of RL sampling; arms still share each seed's (their differences stay paired). Off: every seed shares one
+    (warm_start.seed as configured), and intervals cover RL sampling noise only. Given data or a given model are
+    never resampled.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: this workspace trains with {BACKENDS}")
@@ -121,7 +130,11 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
         raise ValueError(f"config: {', '.join(given)} is set per run by run_arms' arms, seeds, steps and runs_dir")
     runs_dir = Path(runs_dir).resolve()
     base = asdict(load_config(None, **{"threads": 1, **config}, steps=steps))
-    cfgs = [(name, load_config(None, **{**base, **over, "seed": seed})) for name, over in named.items()
+    def fields(over: dict, seed: int) -> dict:
+        out = {**base, **over, "seed": seed}
+        return {**out, "warm_start": {**out["warm_start"], "seed": seed}} if resample_warm_start else out
+
+    cfgs = [(name, load_config(None, **fields(over, seed))) for name, over in named.items()
             for seed in dict.fromkeys(seeds)]  # every value checked before anything is built or trained
     runs = []
     for arm, cfg in cfgs:
@@ -147,7 +160,6 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
     pending = [r for r in runs if r["status"] != "reused"]
     running: list[tuple[subprocess.Popen, dict, object]] = []
     failed = []
-    env = {**os.environ, "IFCORE_SWEEP_PID": str(os.getpid())}  # children stop when this process is gone
     bar = tqdm(total=len(runs) * steps, initial=sum(r["done"] for r in runs), desc="sweep", unit="step",
                disable=not progress, dynamic_ncols=True)
     t0 = time.time()
@@ -162,8 +174,7 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
                 log = open(run["path"] / "train.log", "a")
                 log.write(f"$ {' '.join(cmd)}\n")
                 log.flush()
-                running.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                 start_new_session=True), run, log))
+                running.append((reaper.popen(cmd, grace=GRACE_SECONDS, stdout=log, stderr=subprocess.STDOUT), run, log))
             time.sleep(0.5)
             for job in [j for j in running if j[0].poll() is not None]:
                 proc, run, log = job
@@ -183,18 +194,12 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
             bar.update(sum(r["done"] for r in runs) - bar.n)
     finally:
         bar.close()
-        for proc, _, _ in running:
-            if proc.returncode is None:
+        for proc, _, _ in running:  # all at once; each reaper gives its trainer GRACE_SECONDS, then SIGKILL
+            if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_SECONDS
+                    os.kill(proc.pid, signal.SIGTERM)
         for proc, _, log in running:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            reaper.stop(proc, timeout=GRACE_SECONDS + 20)  # returns once nothing of the run is left
             log.close()
         if running:
             print(f"sweep stopped: {len(running)} unfinished runs ended ("
