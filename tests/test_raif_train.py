@@ -1,6 +1,7 @@
-"""RAIF in the embedded trainer (ifcore.train.grpo, notebook 02): paired no-think rollouts, superior-CoT
-enforcement (eq. 7 and the RAIF authors' per-sample variant) with its refills, behaviour cloning's masked loss
-(eq. 8), the warm start's plans, named sweep arms, and an exact resume of a RAIF run after a SIGKILL.
+"""RAIF in the embedded trainer (ifcore.train.grpo, notebook 02): no-think rollouts for the superior-CoT test only,
+enforcement (eq. 7 and the RAIF authors' per-sample variant) by masking, refills as an option (not in RAIF),
+behaviour cloning's masked loss (eq. 8), the warm start's plans, named sweep arms, and an exact resume of a RAIF
+run after a SIGKILL.
 
 The filter tests hand-build groups: `generate` is replaced by a table of responses per prompt, so every reward
 (scored for real by ifcore.rewards) and every keep decision is known in advance.
