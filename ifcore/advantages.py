@@ -1,4 +1,5 @@
-"""Group-relative advantages: GRPO group_norm, RAIF's superior-CoT filter (eq. 7) and RTT token advantages.
+"""Group-relative advantages: GRPO group_norm, RAIF's superior-CoT test and no-think masking (eq. 7 and the
+authors' replay buffer) and RTT token advantages.
 
 Pure numpy. A group is the last axis: [G] for one prompt's rollouts, [B, G] for B prompts. Torch tensors are
 accepted by duck typing (torch is never imported here); results are numpy.
@@ -48,12 +49,57 @@ def identical_pair_fraction(rewards, atol: float = 1e-9):
 
 
 def superior_cot_keep(r_think, r_nothink):
-    """RAIF eq. 7: keep a prompt's group iff max(R_accuracy with CoT) >= min(R_accuracy without CoT).
+    """RAIF eq. 7, as the authors' replay buffer applies it: keep a prompt's group iff max(R_accuracy with CoT) >=
+    min(R_accuracy without CoT), or every CoT rollout has the same R_accuracy.
 
+    The second clause is the authors' (RAIF replay_buffer.py:289: a group is masked only when
+    `reward_score_max < min(woCoT) and reward_score_min != reward_score_max`); eq. 7 alone would drop such a group.
     Both are accuracy rewards over the group (last axis); [G] gives a bool, [B, G] a [B] bool array.
     """
-    keep = _as_array(r_think).max(axis=-1) >= _as_array(r_nothink).min(axis=-1)
+    think = _as_array(r_think)
+    keep = (think.max(axis=-1) >= _as_array(r_nothink).min(axis=-1)) | (think.min(axis=-1) == think.max(axis=-1))
     return bool(keep) if np.ndim(keep) == 0 else keep
+
+
+def reference_superior(n_satisfied, judged, reference):
+    """The RAIF authors' per-sample superior-CoT test (check_qa.py:89-94, 113; for LLM-judged constraints
+    experience_maker.py:2964): a rollout passes iff its count of satisfied constraints >= `reference`, the count an
+    instruct model answering without reasoning satisfied offline for the same prompt (their labels'
+    `follow_score_qwen2.5-7B-Instruct`; 0 where a label has none, so every rollout passes). A rollout whose answer
+    was not judged (`judged` false: format failure, empty or placeholder reasoning) passes: its R_accuracy of -2 is
+    its signal. Arrays broadcast; a bool array (or a bool) comes back."""
+    ok = ~_as_array(judged, bool) | (_as_array(n_satisfied) >= _as_array(reference))
+    return bool(ok) if np.ndim(ok) == 0 else ok
+
+
+def superior_cot_mask(accuracy, nothink, sample_ok=None, group: bool = True):
+    """RAIF's replay-buffer step: which rollouts of [B, G] groups carry gradient, and which groups eq. 7 keeps.
+
+    accuracy: [B, G] R_accuracy (eq. 5); nothink: [G] or [B, G] bool, the rollouts sampled with the empty think
+    block (RAIF eq. 7's y-hat); sample_ok: [B, G] bool from `reference_superior`, or None. `group`: apply eq. 7
+    (`superior_cot_keep` between each group's CoT and no-think rollouts; a group without no-think rollouts is kept).
+    Returns (keep [B] bool, train [B, G] bool): train = CoT rollout, in a kept group, passing its own test.
+
+    As the authors' code does it: no-think rollouts never train (replay_buffer.py:279-280, "samples without CoT do
+    not take part in training"); a dropped group is masked, not replaced (replay_buffer.py:289-294, the masked
+    samples' log-ratio zeroed in the policy loss, ppo_trainer_prm800k_box.py:399-403 and models/loss.py:75-76).
+    Their rewards still enter the group's mean and std: their experience maker normalises all
+    n_samples_per_prompt rollouts of a prompt, the no-think quarter included (experience_maker.py:1737-1742 over
+    the groups built at :3176-3193), which is `group_norm` over the whole [B, G]. One difference: the authors keep
+    the KL loss on masked samples (ppo_trainer_prm800k_box.py:419, "keep kl loss unchanged"); here a rollout outside
+    `train` gets no gradient at all, as eq. 7 applies J_GRPO, KL term included, to the CoT rollouts only.
+    """
+    acc = np.atleast_2d(_as_array(accuracy))
+    nt = np.broadcast_to(_as_array(nothink, bool), acc.shape)
+    keep = np.ones(len(acc), dtype=bool)
+    if group:
+        for b in range(len(acc)):
+            if nt[b].any() and (~nt[b]).any():
+                keep[b] = superior_cot_keep(acc[b][~nt[b]], acc[b][nt[b]])
+    train = ~nt & keep[:, None]
+    if sample_ok is not None:
+        train &= np.broadcast_to(_as_array(sample_ok, bool), acc.shape)
+    return keep, train
 
 
 def token_rtt(relevance, satisfied, response_adv, alpha: float = 1.0, beta: float = 0.5, mode: str = "intra"):

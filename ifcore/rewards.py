@@ -9,6 +9,7 @@ which its docstring derives from the paper's equations; the adapters assert ever
 from __future__ import annotations
 
 import math
+import re
 from time import perf_counter
 
 import numpy as np
@@ -129,17 +130,52 @@ def _raif(s, ok):
     return np.where(ok, 1.0 + accuracy, -1.0 - 2.0)
 
 
-def raif(satisfied, format_ok):
+def raif(satisfied, format_ok, reasoning_ok=True):
     """RAIF rule-centric reward, eq. 4-6: R = R_format + R_accuracy.
 
     R_format = +1 if the format holds, else -1 (eq. 4). R_accuracy (eq. 5) = +2 when every constraint is
     followed, the followed fraction when some are, -2 when none are; the answer is only extracted and
-    judged when the format holds, so a format failure also gets -2 (R = -3).
+    judged when the format holds, so a format failure also gets -2 (R = -3). `reasoning_ok` false (an empty or
+    placeholder think block, `raif_reasoning_problem`) leaves the answer unjudged too: R_accuracy -2, R = -1, as
+    the authors' complex_scoring.py:278 and ifeval/check_qa.py:89 score it.
 
-    Range [-3, 3]: R = -3 (format fails), -1 (no constraint followed), 1 + k/|C| in (1, 2) (k of |C|
-    followed, 0 < k < |C|), 3 (all followed, or no constraints).
+    Range [-3, 3]: R = -3 (format fails), -1 (no constraint followed, or no reasoning), 1 + k/|C| in (1, 2) (k of
+    |C| followed, 0 < k < |C|), 3 (all followed, or no constraints).
     """
-    return _rowwise(_raif, (satisfied, bool), (format_ok, bool))
+    r = _rowwise(_raif, (satisfied, bool), (format_ok, bool))
+    bad = ~_as_array(reasoning_ok, bool) & _as_array(format_ok, bool)
+    r = np.where(bad, -1.0, r)
+    return float(r) if np.ndim(r) == 0 else r
+
+
+RAIF_PLACEHOLDER = "reasoning process here"  # the template's words in RAIF's CoT system prompt
+_THINK = re.compile(r"<think>(.*?)</think>", re.S)
+_PROMPT_THINK = re.compile(r"<think>(?:(?!</?think>).)*(?:</think>)?\s*\Z", re.S)
+
+
+def raif_reasoning_problem(response: str) -> str | None:
+    """Why a RAIF response's reasoning earns nothing: "empty" (its last think block holds only whitespace, e.g.
+    `<think>\n\n</think>`) or "placeholder" (the CoT system prompt's "reasoning process here", any case), else
+    None. The authors extract the last `<think>(.*?)</think>`, stripped (kk.py:18-22), and give R_accuracy -2 to
+    an empty or placeholder one (complex_scoring.py:278; ifeval/check_qa.py:89, which lowercases it)."""
+    blocks = _THINK.findall(response)
+    if not blocks:
+        return None  # no think block: the format gate's business
+    text = blocks[-1].strip()
+    if not text:
+        return "empty"
+    return "placeholder" if text.lower() == RAIF_PLACEHOLDER else None
+
+
+def think_prefix(prompt: str) -> str:
+    """The head of the response's think block that the prompt already holds: the prompt's trailing `<think>` (a
+    template that opens the block) or its whole trailing `<think>...</think>` (RAIF's no-think rollouts, eq. 7's
+    y-hat: `<think>\n\n</think>\n`), else "". Prepended to a rollout before scoring, so that RAIF's format gate
+    reads the response as the authors' code reads it: from the assistant turn's `<think>` on
+    (experience_maker.py:600-602). A `<think>` inside the system turn (RAIF's CoT prompt quotes the format) is
+    followed by more text and is not a prefix."""
+    m = _PROMPT_THINK.search(prompt)
+    return m.group(0) if m else ""
 
 
 def format_gate(response: str, think: str = "auto", truncated: bool = False) -> tuple[int, int, str | None]:
@@ -181,7 +217,8 @@ def format_gate(response: str, think: str = "auto", truncated: bool = False) -> 
 
 def score_response(response: str, constraints, kind: str = "scopeif", alpha: float = 3.0, think: str = "auto",
                    truncated: bool = False, budget_s: float | None = None,
-                   max_response_chars: int | None = None, judge=None, prompt: str = "") -> dict:
+                   max_response_chars: int | None = None, judge=None, prompt: str = "",
+                   nothink: bool = False) -> dict:
     """The reward of one response under every constraint of its instruction: the one composite that the
     OpenRLHF, TRL and verl adapters and the embedded trainer call.
 
@@ -206,7 +243,13 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
     graded kinds ("scopeif", "scopeif_flat") fall back to the binary reward, the satisfied fraction ("unresolved"
     counts those constraints).
 
+    RAIF's format (think="raif"): a response whose last think block is empty or the template's placeholder
+    (`raif_reasoning_problem`) has its answer left unjudged, every constraint violated (R_accuracy -2, the authors'
+    complex_scoring.py:278), unless `nothink`: the rollout was sampled with the empty think block in its prompt
+    (RAIF eq. 7's y-hat), whose answer the paper judges ("receives its accuracy reward").
+
     Returns reward, satisfied (list of bool), graded (list of g_i, eq. 6), format_ok, problem (format_gate's),
+    reasoning (raif_reasoning_problem's, None when judged),
     answer (the verified text), offset (add it to a verdict span to index `response`), verdicts (one per
     constraint, None where nothing was verified: their evidence spans are RTT's relevance labels), errors,
     over_budget (constraints left unchecked or cut short), clipped, and judged (the judge's verdict dicts,
@@ -226,7 +269,8 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
     verdicts, errors, judged, unresolved = [None] * n, [], [None] * n, 0
     satisfied, grades = [False] * n, [0.0] * n
     offset, answer, over_budget, clipped = 0, "", 0, False
-    if problem is None:
+    reasoning = raif_reasoning_problem(response) if think == "raif" and problem is None and not nothink else None
+    if problem is None and reasoning is None:
         clipped = max_response_chars is not None and end - start > max_response_chars
         if clipped:
             end = start + max_response_chars
@@ -263,7 +307,7 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
                 errors.append(f"constraint {i}: {type(e).__name__}: {e}")
     ok = problem is None
     if kind == "raif":
-        reward = raif(satisfied, ok)
+        reward = raif(satisfied, ok, reasoning is None)
     elif not ok:
         reward = 0.0
     elif kind == "ila":
@@ -277,5 +321,6 @@ def score_response(response: str, constraints, kind: str = "scopeif", alpha: flo
     else:
         reward = scopeif_flat(grades)
     return {"reward": float(reward), "satisfied": satisfied, "graded": grades, "format_ok": ok,
-            "problem": problem, "answer": answer, "offset": offset, "verdicts": verdicts, "errors": errors,
-            "over_budget": over_budget, "clipped": clipped, "judged": judged, "unresolved": unresolved}
+            "problem": problem, "reasoning": reasoning, "answer": answer, "offset": offset, "verdicts": verdicts,
+            "errors": errors, "over_budget": over_budget, "clipped": clipped, "judged": judged,
+            "unresolved": unresolved}

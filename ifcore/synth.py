@@ -533,6 +533,49 @@ def plan(constraints: list[dict], witness: str) -> str:
     return "\n".join(lines)
 
 
+def expert_plan(constraints: list[dict], witness: str) -> str:
+    """The behaviour-cloning expert's reasoning (RAIF eq. 8), in a form the warm start never saw (its plans are
+    `plan`'s one line per constraint): the constraints counted and grouped by where they apply, then each one
+    numbered with its range, the value(s) the answer has there (measured on the witness) and a check of those values
+    against the range. In the paper the expert is DeepSeek-R1 (verified responses); here it is an oracle that knows
+    a satisfying answer, so it stands for "another, deeper reasoner", not for a stronger model."""
+    doc = Doc(witness)
+    where = [_where(c.get("scope", [])) for c in constraints]
+    groups = ", ".join(f"{where.count(w)} on {w}" for w in dict.fromkeys(where))
+    lines = [f"{len(constraints)} constraints: {groups}."]
+    for i, (c, w) in enumerate(zip(constraints, where), 1):
+        verdict = verify(Constraint.from_dict(c), doc)
+        values = " ".join(str(r.actual) for r in verdict.records)
+        lines += [f"{i}. {w}: {_what(c['target'])} {_bound(c['range'])}", f"   answer: {values}",
+                  f"   check: {values} {'within' if verdict.satisfied else 'OUTSIDE'} {_bound(c['range'])}"]
+    return "\n".join(lines)
+
+
+def expert_file(train_path, expert_path, out_path) -> str:
+    """out_path (built once): the expert pairs of `expert_path` (write_dataset's expert.jsonl, the training
+    prompts' witnesses) with `expert_plan`'s reasoning in place of `plan`'s, the constraints read from the
+    matching rows of `train_path`. Written beside and renamed, so a killed build leaves no half file."""
+    import os
+    import re
+
+    out = Path(out_path)
+    if out.exists():
+        return str(out)
+    train = [json.loads(line) for line in Path(train_path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    experts = [json.loads(line) for line in Path(expert_path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for row, pair in zip(train, experts):
+        if row["prompt"] != pair["prompt"]:
+            raise ValueError(f"{expert_path}: its rows do not follow {train_path}'s ({pair['prompt'][:40]!r})")
+        witness = re.search(r"<answer>\n(.*)\n</answer>\Z", pair["response"], re.S).group(1)
+        constraints = json.loads(row["label"])["constraints"]
+        rows.append({"prompt": row["prompt"], "response": raif_response(expert_plan(constraints, witness), witness)})
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    os.replace(tmp, out)
+    return str(out)
+
+
 def raif_response(reasoning: str, answer: str) -> str:
     """RAIF's answer format (eq. 4): the reasoning inside <think>, the answer inside <answer>. With no reasoning
     the think block is RAIF's empty one, `<think>\\n\\n</think>\\n` (the prefix of its no-think rollouts)."""

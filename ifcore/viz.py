@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 from ifcore import rewards, stats
@@ -403,32 +404,97 @@ def relevance_matrix(ax, pieces: list[str], rows: list[str], matrix, labels=None
 
 # ---- notebook 02: RAIF's ablation (GRPO with its reward, + superior-CoT enforcement, + behaviour cloning) ----------
 
-ARM_LABELS.update({"grpo": "GRPO (RAIF reward)", "supcot": "+ superior CoT", "supcot_bc": "+ superior CoT + BC"})
-ARM_COLOURS.update({"grpo": "#0072B2", "supcot": "#E69F00", "supcot_bc": "#009E73"})
+ARM_LABELS.update({"grpo": "GRPO (RAIF reward)", "supcot": "+ superior CoT", "supcot_bc": "+ superior CoT + BC",
+                   "bc": "+ BC only"})
+ARM_COLOURS.update({"grpo": "#0072B2", "supcot": "#E69F00", "supcot_bc": "#009E73", "bc": "#CC79A7"})
+
+
+def raif_pairs(arms: list[str]) -> list[tuple[str, str]]:
+    """Notebook 02's planned arm comparisons (RAIF Table 4's rows): every arm against the first (the GRPO
+    baseline), and an arm against the one whose name it extends (supcot_bc against supcot: what cloning adds)."""
+    pairs = [(a, arms[0]) for a in arms[1:]]
+    return pairs + [(a, b) for a in arms for b in arms if a.startswith(b + "_") and (a, b) not in pairs]
 
 
 def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
     """The closing statements of notebook 02, one family decided with Holm's correction (decide). `tables` holds
-    by_seed tables (arms in ablation order) named "CSR step 0", "CSR end", "ISR end", "reasoning step 0",
-    "reasoning end" (held-out reasoning tokens per response), "keep early" and "keep late" (the keep ratio over the
-    first and the last third of training). Comparisons: each arm's held-out CSR at the end against step 0; each arm
-    against the one before it on held-out CSR and ISR (what superior-CoT adds to GRPO, what BC adds to it); each
-    arm's reasoning length at the end against step 0 (RAIF Fig. 3); each filtered arm's keep ratio late against
-    early (RAIF Fig. 5: it rises as reasoning starts to pay)."""
+    by_seed tables (arms in ablation order) named "CSR step 0", "CSR end", "reasoning step 0", "reasoning end"
+    (held-out reasoning tokens per response), "reward step 0", "reward end", "reward w/o reasoning step 0",
+    "reward w/o reasoning end" (held-out RAIF reward with the CoT prompt and with the empty think block), "KL late"
+    and "entropy late" (the last third of training), "keep early" and "keep late" (eq. 7's keep ratio over the
+    first and the last third). Comparisons: each arm's held-out CSR at the end against step 0; the planned arm
+    pairs (raif_pairs) on held-out CSR; each arm's reward with minus without reasoning at the end, and its change
+    from step 0 (does reasoning come to pay, RAIF's premise); each arm's reasoning length at the end against
+    step 0 (RAIF Fig. 3; a collapse is a negative sign); cloning's effect on KL and entropy (each pair whose first
+    arm clones and whose second does not); each filtered arm's keep ratio late against early (RAIF Fig. 5)."""
     csr_end = tables["CSR end"]
     arms = list(csr_end.columns)
+    pairs = raif_pairs(arms)
     comparisons = [(f"{arm_label(arm)}: held-out CSR at the end minus at step 0", csr_end[arm],
                     tables["CSR step 0"][arm]) for arm in arms]
-    for a, b in zip(arms[1:], arms[:-1]):
-        for metric in ("CSR end", "ISR end"):
-            comparisons.append((f"Held-out {metric.split()[0]} at the end, {arm_label(a)} minus {arm_label(b)}",
-                                tables[metric][a], tables[metric][b]))
+    comparisons += [(f"Held-out CSR at the end, {arm_label(a)} minus {arm_label(b)}", csr_end[a], csr_end[b])
+                    for a, b in pairs]
+    gap = {when: tables[f"reward {when}"] - tables[f"reward w/o reasoning {when}"] for when in ("step 0", "end")}
+    comparisons += [(f"{arm_label(arm)}: held-out reward with minus without reasoning at the end",
+                     tables["reward end"][arm], tables["reward w/o reasoning end"][arm]) for arm in arms]
+    comparisons += [(f"{arm_label(arm)}: that reward gap at the end minus at step 0", gap["end"][arm],
+                     gap["step 0"][arm]) for arm in arms]
     comparisons += [(f"{arm_label(arm)}: reasoning tokens per held-out response at the end minus at step 0",
                      tables["reasoning end"][arm], tables["reasoning step 0"][arm]) for arm in arms]
+    # cloning's own effect: pairs that differ by cloning alone (bc against the baseline, supcot_bc against supcot)
+    cloning = [(a, b) for a, b in pairs
+               if "bc" in a.split("_") and b == ("_".join(x for x in a.split("_") if x != "bc") or arms[0])]
+    for metric in ("KL late", "entropy late"):
+        what = "KL to the initial policy" if metric.startswith("KL") else "entropy"
+        comparisons += [(f"{what} over the last third of training, {arm_label(a)} minus {arm_label(b)}",
+                         tables[metric][a], tables[metric][b]) for a, b in cloning]
     comparisons += [(f"{arm_label(arm)}: keep ratio over the last third of training minus the first third",
                      tables["keep late"][arm], tables["keep early"][arm])
                     for arm in arms if tables["keep late"][arm].notna().any()]
     return [seeds_note(csr_end, level), family_note(len(comparisons), level)] + decide(comparisons, level)
+
+
+def keep_table(train, arms: list[str], steps: int, level: float = 0.95):
+    """Eq. 7's keep ratio per arm over the first and the last third of training, pooled over seeds and steps:
+    kept / sampled groups with its Wilson interval (stats.wilson, inside [0, 1]), and the share of sampled
+    groups whose CoT rollouts all scored alike (kept whatever the no-think rollouts did, as the authors keep
+    them). The interval treats the pooled groups as independent draws: it covers which groups happen to pass, not
+    the spread between seeds, nor the dependence between the groups of one step."""
+    import pandas as pd
+
+    third = max(1, steps // 3)
+    out = []
+    for arm in arms:
+        sub = train[(train["arm"] == arm) & train["keep_ratio"].notna()] if "keep_ratio" in train else train[:0]
+        for name, part in (("first third", sub[sub["step"] <= third]),
+                           ("last third", sub[sub["step"] > steps - third])):
+            if part.empty:
+                continue
+            k, n = int(part["groups_kept"].sum()), int(part["groups_sampled"].sum())
+            p, lo, hi, _ = stats.wilson(k, n, level)
+            out.append({"arm": arm_label(arm), "steps": name, "kept": k, "sampled": n, "keep ratio": round(p, 3),
+                        f"{_pct(level)} Wilson": f"[{lo:.3f}, {hi:.3f}]",
+                        "CoT all alike": round(int(part["groups_cot_tied"].sum()) / n, 3) if n else math.nan})
+    return pd.DataFrame(out)
+
+
+def raif_keyword_table(responses: dict, keywords=None):
+    """RAIF Fig. 4's analogue: occurrences per 1000 words of step-by-step keywords in the reasoning (the think
+    blocks) of sampled responses, one column per source ({name: [response texts]}, e.g. the initial policy and
+    each arm after RL), its word count in the header (ifcore.bench.cot_study.keyword_counts)."""
+    import re
+
+    import pandas as pd
+
+    from ifcore.bench.cot_study import KEYWORDS, keyword_counts
+
+    keywords = keywords or KEYWORDS
+    table = {}
+    for name, texts in responses.items():
+        thinking = [m for t in texts for m in re.findall(r"<think>(.*?)</think>", t, re.S)]
+        counts, total = keyword_counts(thinking, keywords)
+        table[f"{name} ({total:,} words)"] = {k: 1000 * counts[k] / total if total else math.nan for k in keywords}
+    return pd.DataFrame(table).rename_axis("keyword (per 1000 reasoning words)")
 
 
 # ---- RAIF preliminary study (notebook 01) ---------------------------------------------------------------------------

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ifcore.advantages import group_norm, identical_pair_fraction, superior_cot_keep, token_rtt
+from ifcore.advantages import (group_norm, identical_pair_fraction, reference_superior, superior_cot_keep,
+                               superior_cot_mask, token_rtt)
 
 
 # ---- group_norm ------------------------------------------------------------------------------------------
@@ -49,12 +50,62 @@ def test_identical_pair_fraction_by_hand():
     np.testing.assert_allclose(identical_pair_fraction([[1, 1, 1], [1, 2, 1]]), [1.0, 1 / 3])
 
 
-# ---- superior_cot_keep (RAIF eq. 7) ----------------------------------------------------------------------
+# ---- RAIF: superior_cot_keep (eq. 7), reference_superior, superior_cot_mask -------------------------------
 
 def test_superior_cot_keep():
     assert superior_cot_keep([0.2, 0.5], [0.5, 0.9]) is True   # max 0.5 >= min 0.5
     assert superior_cot_keep([0.1, 0.4], [0.5, 0.9]) is False  # every CoT rollout is worse
-    np.testing.assert_array_equal(superior_cot_keep([[2, -2], [-2, -2]], [[0.5, 2], [0.5, 2]]), [True, False])
+    # All-equal CoT accuracies are kept, as the authors' replay buffer keeps them (replay_buffer.py:289), though
+    # eq. 7 alone would drop [-2, -2] against [0.5, 2].
+    np.testing.assert_array_equal(superior_cot_keep([[2, -2], [-2, -2], [0.1, 0.4]], [[0.5, 2], [0.5, 2], [0.5, 1]]),
+                                  [True, True, False])
+
+
+def test_the_per_sample_reference_test_by_hand():
+    # check_qa.py:89-94, 113: a prompt whose offline no-reasoning count is 2 of 3 constraints. Rollouts satisfying
+    # 3, 2, 1 and 0 of them, the last with a broken format (not judged, so it passes: its -2 is its signal).
+    got = reference_superior([3, 2, 1, 0], [True, True, True, False], 2)
+    np.testing.assert_array_equal(got, [True, True, False, True])
+    assert reference_superior(0, True, 0) is True  # a label without a reference count: 0, every rollout passes
+
+
+def test_no_think_rollouts_never_train_and_a_dropped_group_is_masked():
+    acc = [[0.5, -2, -2, 2], [2, -2, -2, 2], [-2, -2, -2, 2]]  # drop (0.5 < 2); keep; all-equal CoT: keep
+    keep, train = superior_cot_mask(acc, [False, False, False, True])
+    np.testing.assert_array_equal(keep, [False, True, True])
+    np.testing.assert_array_equal(train, [[False] * 4, [True, True, True, False], [True, True, True, False]])
+    _, train = superior_cot_mask(acc, [False, False, False, True], sample_ok=[[True, False, True, True]] * 3)
+    np.testing.assert_array_equal(train[1], [True, False, True, False])  # both tests, as --enforce_superior_CoT
+    keep, train = superior_cot_mask(acc, [False] * 4, group=False)  # the GRPO baseline: no no-think, all train
+    assert keep.all() and train.all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 6).flatmap(lambda g: st.tuples(
+    st.lists(st.lists(st.sampled_from([-2.0, 0.25, 0.5, 2.0]), min_size=g, max_size=g), min_size=1, max_size=4),
+    st.integers(1, g - 1))))
+def test_superior_cot_mask_properties(case):
+    acc, k = np.array(case[0]), case[1]
+    g = acc.shape[1]
+    nothink = np.arange(g) >= g - k
+    keep, train = superior_cot_mask(acc, nothink)
+    assert not train[:, nothink].any()  # the no-think rollouts carry no gradient, ever
+    cot, plain = acc[:, ~nothink], acc[:, nothink]
+    want = (cot.max(1) >= plain.min(1)) | (cot.min(1) == cot.max(1))  # replay_buffer.py:289
+    np.testing.assert_array_equal(keep, want)
+    np.testing.assert_array_equal(train[:, ~nothink], np.repeat(keep[:, None], g - k, axis=1))
+
+
+def test_the_reasoning_rollouts_advantages_are_the_authors():
+    """The authors' experience maker normalises each prompt's n_samples_per_prompt rewards, no-think ones
+    included (experience_maker.py:1737-1742, over groups built at :3176-3193), in torch with std's ddof 1."""
+    torch = pytest.importorskip("torch")
+    rewards = np.array([[3.0, 1.5, -3.0, 3.0], [-1.0, -1.0, -1.0, 3.0], [1.5, 1.5, 3.0, -1.0]])
+    r = torch.tensor(rewards)
+    authors = (r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-9)
+    np.testing.assert_allclose(group_norm(rewards), authors.numpy(), rtol=1e-12, atol=1e-12)
+    # ...so a no-think rollout that scores higher pulls its group's CoT advantages down, though it never trains
+    assert group_norm(rewards)[1, :3].max() < 0
 
 
 # ---- token_rtt (RTT section 4.2) -------------------------------------------------------------------------

@@ -17,12 +17,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ifcore.advantages import group_norm, superior_cot_keep, token_rtt
+from ifcore.advantages import group_norm, token_rtt
 from ifcore.rewards import raif
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED",
               "IFCORE_RTT_DISCRIMINATOR", "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX", "IFCORE_RAIF_FILTER",
+              "IFCORE_RAIF_TEST", "IFCORE_RAIF_REFILL", "IFCORE_RAIF_NOTHINK_ACCURACY",
               "IFCORE_BC_COEF", "IFCORE_BC_DATA", "IFCORE_BC_BATCH")
 
 
@@ -294,10 +295,10 @@ def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, mon
     from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
-    originals = (RemoteExperienceMaker.compute_advantages_and_returns, SamplesGenerator._generate_vllm,
+    originals = (RemoteExperienceMaker.compute_advantages_and_returns, SamplesGenerator.generate_samples,
                  ActorPPOTrainer.training_step)
     assert plugins.install() == []  # every variable unset: OpenRLHF's own methods, untouched
-    assert (RemoteExperienceMaker.compute_advantages_and_returns, SamplesGenerator._generate_vllm,
+    assert (RemoteExperienceMaker.compute_advantages_and_returns, SamplesGenerator.generate_samples,
             ActorPPOTrainer.training_step) == originals
 
     for var, value, message in [("IFCORE_RTT_BETA", "x", "IFCORE_RTT_BETA must be a finite number > 0"),
@@ -314,7 +315,7 @@ def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, mon
     assert plugins.install() == ["RemoteExperienceMaker.compute_advantages_and_returns"]
     assert plugins.install() == ["RemoteExperienceMaker.compute_advantages_and_returns"]  # wraps once
     patched = RemoteExperienceMaker.compute_advantages_and_returns
-    assert patched.__wrapped__ is originals[0] and SamplesGenerator._generate_vllm is originals[1]
+    assert patched.__wrapped__ is originals[0] and SamplesGenerator.generate_samples is originals[1]
 
     n, prompts = 3, ["Q: a"] * 3 + ["Q: b"] * 3
     texts = ["The river runs.\n\nA heron." + TOK.EOS, "heron" + TOK.EOS, "<think>x</think>a b c river heron" + TOK.EOS,
@@ -342,8 +343,7 @@ def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, mon
     assert any(not torch.equal(a.advantages, b.advantages) for a, b in zip(draws[0], plain))
     for var, value, message in [("IFCORE_RTT_SEED", "-1", "IFCORE_RTT_SEED must be a non-negative integer"),
                                 ("IFCORE_RTT_RELEVANCE", "uniformly", "IFCORE_RTT_RELEVANCE must be 'verifier', "),
-                                ("IFCORE_RTT_MODE", "intra-sample", "IFCORE_RTT_MODE must be 'intra' or 'inter'"),
-                                ("IFCORE_RAIF_FILTER", "no", "IFCORE_RAIF_FILTER must be 'on' or 'off'")]:
+                                ("IFCORE_RTT_MODE", "intra-sample", "IFCORE_RTT_MODE must be 'intra' or 'inter'")]:
         with monkeypatch.context() as m:
             m.setenv("IFCORE_RTT_RELEVANCE", "random")
             m.setenv("IFCORE_RAIF_NOTHINK", "1")
@@ -358,17 +358,19 @@ def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, mon
 
 # ---- RAIF: paired no-think rollouts and the superior-CoT filter ----------------------------------------------------
 
-def _generator(module, n, batch, lo=-0.01, hi=1.01):
+def _generator(module, n, batch, prompts, labels, dynamic=False, lo=-0.01, hi=1.01):
     gen = module.SamplesGenerator.__new__(module.SamplesGenerator)
-    gen.args = _ns(algo={"dynamic_filtering_enable": True, "dynamic_filtering_range": (lo, hi),
+    gen.args = _ns(algo={"dynamic_filtering_enable": dynamic, "dynamic_filtering_range": (lo, hi),
                          "advantage": {"is_correction_level": "off"}},
                    rollout={"n_samples_per_prompt": n, "batch_size": batch}, vllm={"enable_sleep": False})
     gen.strategy, gen.tokenizer = _ns(args=gen.args), TOK
+    gen.prompts_dataloader = [(None, [p], [lab], [None]) for p, lab in zip(prompts, labels)]
     return gen
 
 
 class FakeEngine:
-    """A vLLM engine whose rollouts have scripted verdicts: outcomes[prompt] = [(satisfied, format_ok), ...]."""
+    """A vLLM engine whose rollouts have scripted verdicts: outcomes[prompt] = [(satisfied, format_ok,
+    reasoning_ok), ...], the reward and the logs as the reward function gives them (RAIF eq. 4-6)."""
 
     def __init__(self, outcomes, suffix):
         self.outcomes, self.suffix, self.calls = outcomes, suffix, []
@@ -381,75 +383,153 @@ class FakeEngine:
         rows = self.outcomes[prompt[:-len(self.suffix)] if nothink else prompt]
         rows = rows[len(rows) - num_samples:] if nothink else rows[:num_samples]
         out = []
-        for sat, ok in rows:
-            reward = float(raif(sat, ok))
-            logs = {"ila": float(all(sat) and ok), "cla": float(np.mean(sat)) if ok else 0.0,
-                    "format_fail": float(not ok)}
+        for sat, ok, thought in rows:
+            reward = float(raif(sat, ok, thought))
+            judged = ok and thought
+            logs = {"ila": float(all(sat) and judged), "cla": float(np.mean(sat)) if judged else 0.0,
+                    "format_fail": float(not ok), "no_reasoning": float(ok and not thought),
+                    "constraints": float(len(sat))}
             ids = TOK(prompt)["input_ids"]
             out.append({"observation_tokens": ids + [70, 71, TOK.EOS_ID], "action_ranges": [(len(ids), len(ids) + 3)],
-                        "reward": reward, "scores": (reward + 3) / 6, "prompt": prompt, "label": LABEL,
+                        "reward": reward, "scores": (reward + 3) / 6, "prompt": prompt, "label": label,
                         "rollout_log_probs": None, "extra_logs": logs})
         return out
 
 
-def _accuracy(sat, ok):
-    return float(raif(sat, ok)) - (1.0 if ok else -1.0)  # RAIF eq. 5, as the embedded trainer's accuracy()
+def _accuracy(sat, ok, thought=True):
+    return float(raif(sat, ok, thought)) - (1.0 if ok else -1.0)  # RAIF eq. 5, as the embedded trainer's accuracy()
 
 
-outcome = st.tuples(st.lists(st.booleans(), min_size=3, max_size=3), st.booleans())
+# Two constraints: every RAIF reward (-3, -1, 1.5, 3) is an exact binary fraction, so OpenRLHF's float32 group
+# statistics and ifcore's float64 ones agree on a constant group (both give 0).
+outcome = st.tuples(st.lists(st.booleans(), min_size=2, max_size=2), st.booleans(), st.booleans())
 
 
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(n=st.integers(2, 5), k=st.integers(1, 4), batch=st.integers(1, 3), pool=st.integers(1, 6), data=st.data())
-def test_superior_cot_filter_keeps_what_ifcore_keeps(openrlhf_module, n, k, batch, pool, data):
+@given(n=st.integers(2, 5), k=st.integers(1, 4), batch=st.integers(1, 3), micro=st.integers(1, 4), data=st.data())
+def test_the_plugin_gives_the_embedded_trainers_advantages_and_keep_decisions(openrlhf_module, n, k, batch, micro,
+                                                                             data):
+    """Shared tensors through both engines: the plug-in's paired rollouts, OpenRLHF 0.11.2's own group_norm and
+    the plug-in's masking against what ifcore.train.grpo computes from the same rewards (group_norm over all G,
+    superior_cot_mask's train flags)."""
+    from ifcore.advantages import reference_superior, superior_cot_mask
+
     module, plugins = openrlhf_module
     k = min(k, n - 1)
-    prompts = [f"prompt {i}" for i in range(batch + pool)]
+    test = data.draw(st.sampled_from(["group", "reference", "group+reference"]))
+    prompts = [f"prompt {i}" for i in range(batch)]
+    refs = [data.draw(st.integers(0, 2)) for _ in prompts]
+    labels = [json.dumps({**json.loads(LABEL), "reference": [True] * r + [False] * (3 - r)}) for r in refs]
     outcomes = {p: data.draw(st.lists(outcome, min_size=n, max_size=n)) for p in prompts}
-    engine = FakeEngine(outcomes, plugins.NOTHINK_SUFFIX)
-    gen = _generator(module, n, batch)
-    gen.vllm_engines = [engine]
-    keep_all = data.draw(st.booleans())  # IFCORE_RAIF_FILTER=off: paired rollouts, every group kept (02's grpo)
-    paired = plugins._paired_generate(module.SamplesGenerator._generate_vllm, k, plugins.NOTHINK_SUFFIX, keep_all)
-    loader = iter([(None, [p], [LABEL], [None]) for p in prompts])
-    got, consumed, _ = paired(gen, loader, batch, True, n_samples_per_prompt=n, max_new_tokens=8)
+    gen = _generator(module, n, batch, prompts, labels)
+    gen.vllm_engines = [FakeEngine(outcomes, plugins.NOTHINK_SUFFIX)]
+    paired = plugins._paired_generate(module.SamplesGenerator.generate_samples, k, plugins.NOTHINK_SUFFIX, test)
+    samples, _, consumed, _ = paired(gen, n_samples_per_prompt=n, max_new_tokens=8)
+    assert consumed == batch  # nothing refilled
+    maker = _maker(module, n, micro)
+    got = plugins.mask_untrained(maker.compute_advantages_and_returns(_batches(maker, samples)))
+    rows = {i: (e, j) for e in got for j, i in enumerate(e.index)}
 
-    keep = [p for p in prompts if keep_all or superior_cot_keep([_accuracy(*o) for o in outcomes[p][:n - k]],
-                                                                [_accuracy(*o) for o in outcomes[p][n - k:]])]
-    # OpenRLHF's refill: each dropped group is replaced by the next prompt while the loader lasts
-    accepted, used = [], 0
-    for p in prompts:
-        if len(accepted) == batch:
-            break
-        used += 1
-        if p in keep:
-            accepted.append(p)
-    assert consumed == used
-    order = [""] * (n - k) + [plugins.NOTHINK_SUFFIX] * k  # CoT rollouts first, then the no-think ones
-    assert [e.prompts[0] for e in got] == [p + s for p in accepted for s in order]
-    assert sorted(set(call[0] for call in engine.calls)) == sorted(
-        {p + s for p in prompts[:used] for s in ("", plugins.NOTHINK_SUFFIX)})
-    assert all(num == (k if p.endswith(plugins.NOTHINK_SUFFIX) else n - k) for p, num in engine.calls)
-    # the rewards are the rollouts' own: only dropped groups' scores change
-    assert all(e.scores[0].item() >= 0 for e in got)
+    # the embedded trainer's computation on the same rollouts (CoT ones first, then the k no-think ones)
+    rewards = np.array([[float(raif(*o)) for o in outcomes[p]] for p in prompts])
+    acc = np.array([[_accuracy(*o) for o in outcomes[p]] for p in prompts])
+    nothink = np.array([False] * (n - k) + [True] * k)
+    sample_ok = None
+    if "reference" in test:
+        judged = np.array([[o[1] and o[2] for o in outcomes[p]] for p in prompts])
+        count = np.array([[sum(o[0]) for o in outcomes[p]] for p in prompts])
+        sample_ok = reference_superior(count, judged, np.array(refs)[:, None])
+    keep, train = superior_cot_mask(acc, nothink, sample_ok, group="group" in test)
+    advantages = group_norm(rewards)  # the no-think rewards in the group statistics, as the authors' code
+    for g, p in enumerate(prompts):
+        for i in range(n):
+            e, j = rows[g * n + i]
+            assert e.prompts[j] == p + (plugins.NOTHINK_SUFFIX if nothink[i] else "")
+            assert e.info["raif_keep"][j].item() == float(keep[g]) and e.info["raif_train"][j].item() == train[g, i]
+            assert bool(e.action_mask[j].any()) == bool(train[g, i])  # no gradient where it does not train
+            if train[g, i]:
+                assert torch.allclose(e.advantages[j][e.action_mask[j]],
+                                      torch.tensor(advantages[g, i], dtype=torch.float32), atol=1e-5)
+            else:
+                assert not e.advantages[j].any()
 
-    engine.calls.clear()  # evaluation (no dynamic filtering): plain groups of n, nothing dropped
-    loader = iter([(None, [p], [LABEL], [None]) for p in prompts])
-    got, _, _ = paired(gen, loader, len(prompts), False, n_samples_per_prompt=n)
-    assert engine.calls == [(p, n) for p in prompts] and len(got) == n * len(prompts)
 
-
-def test_superior_cot_filter_needs_dynamic_filtering(openrlhf_module, monkeypatch):
+def test_refill_replaces_dropped_groups_only_when_asked(openrlhf_module, monkeypatch):
     module, plugins = openrlhf_module
-    monkeypatch.setenv("IFCORE_RAIF_NOTHINK", "1")
-    assert plugins.install() == ["SamplesGenerator._generate_vllm"]
-    gen = _generator(module, 4, 1)
-    gen.args.algo.dynamic_filtering_enable = False
-    gen.vllm_engines = [FakeEngine({}, plugins.NOTHINK_SUFFIX)]
+    good, half, broken = ([True, True], True, True), ([True, False], True, True), ([False, False], False, True)
+    outcomes = {"p0": [half, broken, good], "p1": [good, good, good], "p2": [good, half, good]}  # p0: 0.5 < 2
+    prompts, labels = list(outcomes), [LABEL] * 3
+    for refill in (False, True):
+        gen = _generator(module, 3, 2, prompts, labels, dynamic=refill)
+        gen.vllm_engines = [FakeEngine(outcomes, plugins.NOTHINK_SUFFIX)]
+        paired = plugins._paired_generate(module.SamplesGenerator.generate_samples, 1, plugins.NOTHINK_SUFFIX,
+                                          "group", refill)
+        samples, _, consumed, _ = paired(gen, n_samples_per_prompt=3)
+        got = [s.prompts[0] for s in samples]
+        if refill:  # p0 dropped by the dynamic filter, p2 drawn in its place
+            assert consumed == 3 and got == ["p1", "p1", "p1" + plugins.NOTHINK_SUFFIX, "p2", "p2",
+                                             "p2" + plugins.NOTHINK_SUFFIX]
+        else:  # p0 kept in the batch, its rollouts flagged not to train
+            assert consumed == 2 and [s.info["raif_train"].item() for s in samples] == [0, 0, 0, 1, 1, 0]
+    gen = _generator(module, 3, 2, prompts, labels, dynamic=False)
+    gen.vllm_engines = [FakeEngine(outcomes, plugins.NOTHINK_SUFFIX)]
+    paired = plugins._paired_generate(module.SamplesGenerator.generate_samples, 1, plugins.NOTHINK_SUFFIX, "group",
+                                      True)
     with pytest.raises(ValueError, match="dynamic_filtering_enable"):
-        gen._generate_vllm(iter([]), 1, False)
+        paired(gen, n_samples_per_prompt=3)
+
+
+def test_install_pairs_training_rollouts_only_and_masks_after_the_advantages(openrlhf_module, monkeypatch):
+    module, plugins = openrlhf_module
+    from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    monkeypatch.setenv("IFCORE_RAIF_NOTHINK", "1")
+    monkeypatch.setenv("IFCORE_RTT_BETA", "0.5")  # both features wrap compute_advantages_and_returns
+    assert plugins.install() == ["RemoteExperienceMaker.compute_advantages_and_returns",
+                                 "SamplesGenerator.generate_samples",
+                                 "RemoteExperienceMaker.compute_advantages_and_returns"]
+    assert RemoteExperienceMaker.compute_advantages_and_returns._ifcore == ("rtt", "raif")
+    plugins.install()  # once per feature
+    assert RemoteExperienceMaker.compute_advantages_and_returns._ifcore == ("rtt", "raif")
+    outcomes = {"p0": [([True, True], True, True)] * 4}
+    gen = _generator(module, 4, 1, ["p0"], [LABEL])
+    engine = FakeEngine(outcomes, plugins.NOTHINK_SUFFIX)
+    gen.vllm_engines = [engine]
+    gen.eval_dataloader = [(None, ["p0"], [LABEL], [None])]
+    gen.generate_eval_samples(n_samples_per_prompt=4)
+    assert engine.calls == [("p0", 4)]  # evaluation: plain rollouts
+    engine.calls.clear()
+    gen.generate_samples(n_samples_per_prompt=4)
+    assert engine.calls == [("p0", 3), ("p0" + plugins.NOTHINK_SUFFIX, 1)]
+    for var, value, message in [("IFCORE_RAIF_TEST", "pairs", "IFCORE_RAIF_TEST must be"),
+                                ("IFCORE_RAIF_REFILL", "yes", "IFCORE_RAIF_REFILL must be 'on' or 'off'"),
+                                ("IFCORE_RAIF_FILTER", "off", "IFCORE_RAIF_FILTER is gone")]:
+        with monkeypatch.context() as m:
+            m.setenv(var, value)
+            with pytest.raises(ValueError, match=message):
+                plugins.install()
     assert plugins.raif_accuracy({}) == -2.0  # the reward function failed: not judged
+    assert plugins.raif_accuracy({"format_fail": 0.0, "no_reasoning": 1.0, "ila": 1.0, "cla": 1.0}) == -2.0
+
+
+def test_the_reward_function_scores_no_think_rollouts_as_the_embedded_trainer(monkeypatch):
+    from ifcore.integrations.openrlhf_reward import reward_func
+
+    monkeypatch.setenv("IFCORE_REWARD", "raif")
+    monkeypatch.setenv("IFCORE_THINK", "raif")
+    label = json.dumps({"constraints": [{"scope": [], "target": {"count": "word"}, "range": {"max": 3}}]})
+    prompt = "Q<|im_start|>assistant\n"
+    answer = "<answer>a b</answer><|im_end|>"
+    cases = [(prompt + "<think>\n\n</think>\n", answer, 3.0),  # a no-think rollout: its answer is judged
+             (prompt, "<think>\n\n</think>\n" + answer, -1.0),  # empty reasoning it wrote: R_accuracy -2
+             (prompt, "<think>Reasoning process here</think>" + answer, -1.0),  # the placeholder
+             (prompt, "<think>two words</think>" + answer, 3.0)]
+    got = [reward_func([p + r], [p], [label])["rewards"][0].item() for p, r, _ in cases]
+    assert got == [want for _, _, want in cases]
+    monkeypatch.setenv("IFCORE_RAIF_NOTHINK_ACCURACY", "authors")
+    assert reward_func([cases[0][0] + cases[0][1]], [cases[0][0]], [label])["rewards"][0].item() == -1.0
 
 
 # ---- RAIF: behaviour cloning -------------------------------------------------------------------------------------

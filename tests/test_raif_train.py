@@ -1,6 +1,7 @@
-"""RAIF in the embedded trainer (ifcore.train.grpo, notebook 02): paired no-think rollouts, superior-CoT
-enforcement (eq. 7 and the RAIF authors' per-sample variant) with its refills, behaviour cloning's masked loss
-(eq. 8), the warm start's plans, named sweep arms, and an exact resume of a RAIF run after a SIGKILL.
+"""RAIF in the embedded trainer (ifcore.train.grpo, notebook 02): no-think rollouts for the superior-CoT test only,
+enforcement (eq. 7 and the RAIF authors' per-sample variant) by masking, refills as an option (not in RAIF),
+behaviour cloning's masked loss (eq. 8), the warm start's plans, named sweep arms, and an exact resume of a RAIF
+run after a SIGKILL.
 
 The filter tests hand-build groups: `generate` is replaced by a table of responses per prompt, so every reward
 (scored for real by ifcore.rewards) and every keep decision is known in advance.
@@ -87,7 +88,7 @@ def _groups(monkeypatch, tokenizer, table, idx, greedy=None, references=None, **
     fake = FakeGenerate(table, greedy)
     monkeypatch.setattr(grpo, "generate", fake)
     cfg = load_config(None, **{"reward": "raif", "prompts_per_step": len(idx), "group_size": 4, "nothink_share": 0.25,
-                               "superior_cot": "group", "refill_rounds": 2, "seed": 0, **over})
+                               "superior_cot": "group", "seed": 0, **over})
     rows = [(name, CONSTRAINTS) for name in table]
     got = rollout_groups("policy", "reference", tokenizer, rows, idx, references, cfg, "cpu", None, step=7)
     return got, fake, rows
@@ -97,54 +98,73 @@ def _replacements(n_rows, missing, round_, seed=0, step=7):
     return [int(i) for i in np.random.default_rng([seed, step, round_]).choice(n_rows, missing, replace=False)]
 
 
-def test_superior_cot_drops_groups_whose_reasoning_is_worse_and_refills_them(monkeypatch, tokenizer):
+def test_a_dropped_group_stays_in_the_batch_without_gradient_and_no_think_rollouts_never_train(monkeypatch,
+                                                                                                  tokenizer):
     table = {"ROW0": DROP, "ROW1": KEEP, "ROW2": KEEP, "ROW3": TIE, **{f"ROW{i}": KEEP for i in range(4, 8)}}
-    refill = _replacements(8, 1, round_=1)
-    assert refill != [0]  # the drawn replacement is a keepable row (else a second round would be drawn)
     got, fake, rows = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3])
-    assert [r[0] for r in got["rows"]] == ["ROW1", "ROW2", "ROW3", f"ROW{refill[0]}"]
-    assert got["stats"].items() >= {"keep_ratio": 4 / 5, "groups_trained": 4, "refill_rounds": 1}.items()
-    assert [len(c["prompts"]) for c in fake.calls] == [16, 4]  # the refill samples only the missing group
-    # The kept rollouts, in group order, with their scores: ROW1's first CoT rollout earned the full reward.
+    # RAIF skips a dropped group (the paper; the authors mask it, replay_buffer.py:289): no replacement is drawn
+    assert [len(c["prompts"]) for c in fake.calls] == [16]
+    assert [r[0] for r in got["rows"]] == ["ROW0", "ROW1", "ROW2", "ROW3"]
+    assert got["train"] == [False] * 4 + [True, True, True, False] * 3  # ROW0 dropped; no-think rollouts never
+    assert got["nothink"] == [False, False, False, True] * 4
+    assert got["stats"].items() >= {"keep_ratio": 3 / 4, "groups_kept": 3, "groups_sampled": 4, "refill_rounds": 0,
+                                    "train_share": 9 / 16, "rollouts_trained": 9, "rollouts_sampled": 16}.items()
     assert len(got["texts"]) == len(got["scores"]) == len(got["seqs"]) == 16 and got["mask"].shape == (16, 2)
-    assert got["scores"][0]["reward"] == 3.0 and got["nothink"][:4] == [False, False, False, True]
-    # Over the step's own rows, before any filtering (the policy's behaviour, not the filter's choice):
+    assert got["scores"][4]["reward"] == 3.0
+    # Over the step's own rows (the policy's behaviour, not the filter's choice):
     rewards = {GOOD: 3.0, HALF: 1.5, BROKEN: -3.0}
     cot_rewards = [rewards[a] for name in ("ROW0", "ROW1", "ROW2", "ROW3") for a in table[name][0]]
     assert got["stats"]["cot_reward_mean"] == pytest.approx(np.mean(cot_rewards))
     assert got["stats"]["nothink_reward_mean"] == pytest.approx(np.mean([3.0, 3.0, 3.0, -3.0]))
 
 
-def test_refills_stop_at_the_cap_and_the_step_may_train_nothing(monkeypatch, tokenizer):
-    table = {f"ROW{i}": DROP for i in range(6)}
+def test_refill_is_an_option_not_in_raif(monkeypatch, tokenizer):
+    table = {"ROW0": DROP, "ROW1": KEEP, "ROW2": KEEP, "ROW3": TIE, **{f"ROW{i}": KEEP for i in range(4, 8)}}
+    refill = _replacements(8, 1, round_=1)
+    assert refill != [0]  # the drawn replacement is a keepable row (else a second round would be drawn)
+    got, fake, rows = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], refill_rounds=2)
+    assert [r[0] for r in got["rows"]] == ["ROW1", "ROW2", "ROW3", f"ROW{refill[0]}"]
+    assert got["stats"].items() >= {"keep_ratio": 4 / 5, "refill_rounds": 1}.items()
+    assert [len(c["prompts"]) for c in fake.calls] == [16, 4]  # the refill samples only the missing group
+    assert got["train"] == [True, True, True, False] * 4
+    table = {f"ROW{i}": DROP for i in range(6)}  # the cap: then the step may train nothing
     got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], refill_rounds=2)
     assert len(fake.calls) == 3 and got["rows"] == [] and len(got["seqs"]) == 0 and got["mask"].shape[0] == 0
-    assert got["stats"].items() >= {"keep_ratio": 0.0, "groups_trained": 0, "refill_rounds": 2}.items()
-    got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], refill_rounds=0)
-    assert len(fake.calls) == 1 and got["stats"]["refill_rounds"] == 0
+    assert load_config(None).refill_rounds == 0  # off by default
 
 
-def test_without_enforcement_every_group_trains_and_keep_ratio_says_what_eq7_would_keep(monkeypatch, tokenizer):
-    table = {"ROW0": DROP, "ROW1": KEEP, "ROW2": KEEP, "ROW3": TIE}
-    got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], superior_cot="off")
-    assert len(fake.calls) == 1 and [r[0] for r in got["rows"]] == ["ROW0", "ROW1", "ROW2", "ROW3"]
-    assert got["stats"].items() >= {"keep_ratio": 3 / 4, "groups_trained": 4, "refill_rounds": 0}.items()
+def test_the_grpo_baseline_samples_no_no_think_rollouts(monkeypatch, tokenizer):
+    table = {"ROW0": ([HALF, BROKEN, BROKEN, GOOD], []), "ROW1": ([GOOD] * 4, [])}
+    got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1], superior_cot="off", nothink_share=0.0)
+    assert len(fake.calls) == 1 and not any(p.endswith(NOTHINK_PREFIX) for p in fake.calls[0]["prompts"])
+    assert got["train"] == [True] * 8 and got["nothink"] == [False] * 8
+    assert got["stats"]["keep_ratio"] is None and got["stats"]["nothink_reward_mean"] is None
+    with pytest.raises(ValueError, match="RAIF's GRPO baseline has none"):
+        load_config(None, reward="raif", superior_cot="off", nothink_share=0.25)
 
 
-def test_the_per_sample_variant_compares_with_the_reference_in_the_label_or_the_initial_policy(monkeypatch,
-                                                                                              tokenizer):
-    # No no-think rollouts: each group's best CoT rollout (HALF: 0.5) against its row's reference R_accuracy.
-    table = {f"ROW{i}": ([HALF, BROKEN, BROKEN, BROKEN], []) for i in range(4)}
-    references = [[True, True], [True, False], None, None]  # 2 (drop), 0.5 (keep), then the initial policy's
-    greedy = {"ROW2": GOOD, "ROW3": BROKEN}  # its greedy no-think answers: 2 (drop), -2 (keep)
+def test_the_per_sample_variant_compares_each_rollouts_count_with_the_offline_one(monkeypatch, tokenizer):
+    # No no-think rollouts. Each CoT rollout's count of satisfied constraints against its row's no-reasoning count
+    # (check_qa.py:94): GOOD satisfies 2, HALF 1; BROKEN fails the format, is not judged, and passes (:113).
+    table = {f"ROW{i}": ([GOOD, HALF, BROKEN, HALF], []) for i in range(4)}
+    references = [[True, True], [True, False], None, None]  # counts 2, 1, then the initial policy's
+    greedy = {"ROW2": GOOD, "ROW3": BROKEN}  # its greedy no-think answers: counts 2 and 0
     got, fake, _ = _groups(monkeypatch, tokenizer, table, [0, 1, 2, 3], greedy=greedy, references=references,
-                           superior_cot="reference", nothink_share=0.0, refill_rounds=0)
-    assert [r[0] for r in got["rows"]] == ["ROW1", "ROW3"]
-    assert got["stats"].items() >= {"keep_ratio": 0.5, "groups_trained": 2}.items()
+                           superior_cot="reference", nothink_share=0.0)
+    assert got["train"] == ([True, False, True, False] + [True] * 4 + [True, False, True, False] + [True] * 4)
+    assert got["stats"]["keep_ratio"] is None and got["stats"]["rollouts_trained"] == 12
     reference_calls = [c for c in fake.calls if not c["sample"]]
     assert len(reference_calls) == 1 and reference_calls[0]["model"] == "reference"
     assert [p.endswith(NOTHINK_PREFIX) for p in reference_calls[0]["prompts"]] == [True, True]
     assert ["ROW2" in p for p in reference_calls[0]["prompts"]] == [True, False]
+
+
+def test_the_authors_no_think_scoring_makes_eq7_keep_every_group(monkeypatch, tokenizer):
+    # nothink_accuracy "authors": a no-think rollout's empty think block gets R_accuracy -2 (check_qa.py:89), so
+    # max CoT >= min no-think always holds: DROP is kept, and the no-think reward is -1 (format +1, accuracy -2).
+    got, _, _ = _groups(monkeypatch, tokenizer, {"ROW0": DROP}, [0], nothink_accuracy="authors")
+    assert got["stats"]["keep_ratio"] == 1.0 and got["train"] == [True, True, True, False]
+    assert got["scores"][3]["reward"] == -1.0 and got["scores"][3]["reasoning"] == "empty"
 
 
 def test_references_are_read_from_the_labels_and_checked(tmp_path):
@@ -173,18 +193,20 @@ def test_paired_rollouts_give_the_requested_share_of_empty_think_prompts(monkeyp
 
 
 def test_paired_rollouts_outside_raif_use_the_templates_empty_think_block(monkeypatch, tokenizer):
-    _, fake, _ = _groups(monkeypatch, tokenizer, {"ROW0": KEEP}, [0], reward="ila")
+    _, fake, _ = _groups(monkeypatch, tokenizer, {"ROW0": KEEP}, [0], reward="ila", superior_cot="group")
     assert [p.endswith(EMPTY_THINK) for p in fake.calls[0]["prompts"]] == [False, False, False, True]
     assert not any(RAIF_SYSTEM in p for p in fake.calls[0]["prompts"])
 
 
 @pytest.mark.parametrize("over, match", [
-    ({"nothink_share": 0.1}, "gives 0 no-think rollouts per group"),
-    ({"nothink_share": 0.9}, "gives 4 no-think rollouts"),
-    ({"nothink_share": 0.25, "think": False}, "pairing needs think true"),
+    ({"superior_cot": "group", "nothink_share": 0.1}, "gives 0 per group"),
+    ({"superior_cot": "group", "nothink_share": 0.9}, "gives 4 per group"),
+    ({"superior_cot": "group", "nothink_share": 0.25, "think": False}, "needs think true"),
     ({"nothink_share": 1.0}, r"nothink_share: must be in \[0, 1\)"),
-    ({"superior_cot": "group"}, "set nothink_share"),
-    ({"superior_cot": "always"}, "one of off, group, reference"),
+    ({"superior_cot": "group"}, "gives 0 per group"),
+    ({"superior_cot": "reference", "nothink_share": 0.25}, "group test only"),
+    ({"superior_cot": "always"}, "one of off, group, reference, group\\+reference"),
+    ({"nothink_accuracy": "none"}, "answer or authors"),
     ({"refill_rounds": -1}, "at least 0"), ({"bc_coef": -0.1}, ">= 0"), ({"bc_batch": 0}, "at least 1"),
     ({"bc_coef": 0.1, "reward": "scopeif"}, "default expert responses are in RAIF's format"),
 ])
@@ -276,7 +298,7 @@ TINY_MODEL = dict(vocab_size=1024, hidden_size=64, layers=1, heads=4, kv_heads=2
                   max_positions=512, pairs=800, steps=300, batch_size=16, train_rows=64, test_rows=8, raif_share=1.0)
 RAIF_RUN = dict(reward="raif", prompts_per_step=4, group_size=4, max_new_tokens=80, micro_batch=16, eval_prompts=4,
                 eval_samples=1, eval_every=2, save_every=2, lr=1e-3, threads=1, nothink_share=0.25,
-                superior_cot="group", bc_coef=0.1, bc_batch=8)
+                superior_cot="group", bc_coef=1.0, bc_batch=8)
 
 
 @pytest.fixture(scope="module")
@@ -335,11 +357,14 @@ def test_a_raif_run_logs_its_keep_ratio_reasoning_and_bc_loss(assets, tmp_path):
     evals = [r for r in rows if r["type"] == "eval"]
     rows = [r for r in rows if r["type"] == "train"]
     for r in rows:
-        assert 0 <= r["keep_ratio"] <= 1 and 0 <= r["groups_trained"] <= 4 and 0 <= r["refill_rounds"] <= 2
+        assert 0 <= r["keep_ratio"] <= 1 and r["groups_sampled"] == 4 and r["refill_rounds"] == 0
+        assert r["rollouts_sampled"] == 16 and r["rollouts_trained"] <= 12  # the no-think quarter never trains
         assert r["reasoning_tokens"] > 0 and r["bc_loss"] > 0 and r["nothink_reward_mean"] is not None
+        assert 0 <= r["empty_reasoning"] <= 1
     # The tiny policy writes RAIF's format often enough for rewards above the format failure's -3.
     assert max(r["cot_reward_mean"] for r in rows) > -3 and max(r["nothink_reward_mean"] for r in rows) > -3
     assert evals[0]["eval_reasoning_tokens"] > 0
+    assert all(-3 <= e[k] <= 3 for e in evals for k in ("eval_reward", "eval_nothink_reward"))
 
 
 @pytest.mark.slow
@@ -361,7 +386,6 @@ def test_behaviour_cloning_pulls_the_policy_to_the_expert(assets, tmp_path):
 def test_a_killed_raif_run_resumes_exactly(assets, tmp_path):
     steps = 5
     uninterrupted = _run(assets, tmp_path / "whole", steps=steps)
-    assert any(r.get("refill_rounds") for r in uninterrupted), "no refill happened: the test would miss them"
     config = tmp_path / "run.json"
     config.write_text(json.dumps({**RAIF_RUN, **assets, "steps": steps, "output_dir": str(tmp_path / "killed")}))
     cmd = [sys.executable, "-m", "ifcore", "train", "--config", str(config)]
@@ -387,3 +411,36 @@ def test_named_arms_are_checked_before_anything_starts(tmp_path):
         with pytest.raises(ValueError, match=match):
             run_arms(arms, [0], 2, runs_dir, config=config, progress=False)
     assert not runs_dir.exists()
+
+
+@pytest.mark.slow
+def test_no_think_rollouts_get_no_gradient_and_the_cot_rollouts_the_authors_advantages(assets, tmp_path,
+                                                                                       monkeypatch):
+    """One training step, watched: the rollouts whose log-probs carry gradient are exactly those superior-CoT lets
+    train (never a no-think one), and their advantages are the authors' (experience_maker.py:1737-1742: the group's
+    mean and std over all G rollouts, the no-think one included)."""
+    seen = {}
+    real_groups, real_loss = grpo.rollout_groups, grpo.grpo_loss
+
+    def groups(*a, **k):
+        seen["got"] = got = real_groups(*a, **k)
+        return got
+
+    def loss(logp, old_logp, ref_logp, advantages, mask, *a):
+        logp.retain_grad()
+        seen.setdefault("calls", []).append((logp, advantages.detach().clone(), mask.clone()))
+        return real_loss(logp, old_logp, ref_logp, advantages, mask, *a)
+
+    monkeypatch.setattr(grpo, "rollout_groups", groups)
+    monkeypatch.setattr(grpo, "grpo_loss", loss)
+    _run(assets, tmp_path / "run", steps=1, ppo_epochs=1, bc_coef=0.0)
+    got = seen["got"]
+    (logp, advantages, mask), = seen["calls"]  # one epoch, one micro-batch
+    rewards = torch.tensor([s["reward"] for s in got["scores"]], dtype=torch.float64).reshape(-1, 4)
+    authors = ((rewards - rewards.mean(-1, keepdim=True)) / (rewards.std(-1, keepdim=True) + 1e-9)).reshape(-1)
+    train = torch.tensor(got["train"])
+    assert not train[torch.tensor(got["nothink"])].any() and len(logp) == int(train.sum())
+    # the loss's rows are the trained rollouts, in order, each with the authors' advantage on its tokens
+    torch.testing.assert_close(advantages[:, 0].double(), authors[train], rtol=0, atol=1e-6)
+    assert torch.equal(mask, got["mask"][train])
+    assert logp.grad is not None  # the trained rows have a gradient; the others are not in the graph at all

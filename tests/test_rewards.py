@@ -304,3 +304,39 @@ def test_raif_range(satisfied, format_ok):
     assert lo <= r <= hi
     k, n = sum(satisfied), len(satisfied)
     assert r == (-3.0 if not format_ok else 3.0 if k == n else -1.0 if k == 0 else pytest.approx(1 + k / n))
+
+
+# ---- RAIF: empty or placeholder reasoning, the prompt's think head -----------------------------------------------
+
+RAIF_ONE = [Constraint.from_dict({"scope": [], "target": {"count": "word"}, "range": {"max": 3}})]
+
+
+@pytest.mark.parametrize("response, problem, reward", [
+    ("<think>\n\n</think>\n<answer>a b</answer>", "empty", -1.0),  # an empty think block (kk.py:18-22 strips)
+    ("<think>reasoning process here</think><answer>a b</answer>", "placeholder", -1.0),
+    ("<think> Reasoning Process Here </think><answer>a b</answer>", "placeholder", -1.0),  # check_qa.py lowercases
+    ("<think>x</think><think> </think><answer>a b</answer>", "empty", -1.0),  # the last block counts
+    ("<think>two words</think><answer>a b</answer>", None, 3.0),
+    ("<think></think><answer>a b c d</answer>", "empty", -1.0),  # -2 whatever the answer: it is not judged
+])
+def test_empty_reasoning_scores_minus_2(response, problem, reward):
+    """complex_scoring.py:278 and ifeval/check_qa.py:89: R_accuracy -2 (R = +1 - 2) for empty or placeholder
+    reasoning; the format itself holds."""
+    assert rewards.raif_reasoning_problem(response) == problem
+    got = rewards.score_response(response, RAIF_ONE, kind="raif", think="raif")
+    assert (got["reward"], got["reasoning"], got["format_ok"]) == (reward, problem, True)
+    if problem:
+        assert got["satisfied"] == [False] and got["verdicts"] == [None]
+        # eq. 7's y-hat: the empty block was the prompt's, and its answer is judged
+        assert rewards.score_response(response, RAIF_ONE, kind="raif", think="raif", nothink=True)["reasoning"] is None
+    assert rewards.raif([True], True, reasoning_ok=False) == -1.0 and rewards.raif([], True, False) == -1.0
+    assert rewards.raif([False], False, reasoning_ok=False) == -3.0  # a format failure stays -3
+
+
+def test_think_prefix_takes_only_a_trailing_think_block():
+    system = "<|im_start|>system\n... i.e., <think> reasoning process here </think><answer> answer here </answer>."
+    head = system + "<|im_end|>\n<|im_start|>assistant\n"
+    assert rewards.think_prefix(head) == ""
+    assert rewards.think_prefix(head + "<think>\n\n</think>\n") == "<think>\n\n</think>\n"
+    assert rewards.think_prefix(head + "<think>\n") == "<think>\n"
+    assert rewards.think_prefix(head + "<think>x</think>\nmore") == ""

@@ -43,7 +43,7 @@ def _notebook_configs() -> list[tuple[str, dict]]:
     their run_arms call builds them (the notebooks' config dicts, replicated)."""
     out = []
     p = _params("02_raif_superior_cot.ipynb")
-    config = {"reward": "raif", "nothink_share": p["nothink_share"], "prompts_per_step": 16, "group_size": 4,
+    config = {"reward": "raif", "prompts_per_step": 16, "group_size": 4,
               "max_new_tokens": 112, "eval_prompts": 128, "eval_samples": 2, "eval_every": 8, "save_every": 8,
               **p["train_config"]}
     out += [(f"02/{arm}", {**config, **over, "steps": p["steps"]}) for arm, over in p["arms"].items()]
@@ -98,9 +98,10 @@ def test_notebook_commands_parse(arm, cfg):
     env = openrlhf.reward_env(cfg)
     assert env["IFCORE_REWARD"] == cfg["reward"] and float(env["IFCORE_ALPHA"]) == cfg["alpha"]
     assert env["IFCORE_THINK"] == ("raif" if cfg["reward"] == "raif" else "auto")
-    mode, supcot, paired = cfg["token_advantages"], cfg["superior_cot"] == "group", bool(cfg["nothink_share"])
+    mode, paired = cfg["token_advantages"], bool(cfg["nothink_share"])
     assert ("IFCORE_RTT_BETA" in env) == (mode != "broadcast") and ("IFCORE_RAIF_NOTHINK" in env) == paired
-    assert ("IFCORE_BC_COEF" in env) == bool(cfg["bc_coef"]) and args.algo.dynamic_filtering_enable == paired
+    assert paired == (cfg["superior_cot"] != "off")  # RAIF's GRPO baseline samples no no-think rollouts
+    assert ("IFCORE_BC_COEF" in env) == bool(cfg["bc_coef"]) and not args.algo.dynamic_filtering_enable  # no refill
     if mode != "broadcast":  # every token-advantage arm of notebook 04, as the plug-ins read it
         seed = str(cfg["seed"])
         assert float(env["IFCORE_RTT_BETA"]) == cfg["rtt_beta"]
@@ -110,9 +111,9 @@ def test_notebook_commands_parse(arm, cfg):
                           "IFCORE_RTT_MODE": "inter"},
             "uniform": {"IFCORE_RTT_RELEVANCE": "uniform"},
             "random": {"IFCORE_RTT_RELEVANCE": "random", "IFCORE_RTT_SEED": seed}}[mode]
-    if paired:  # 02: every arm pairs a quarter of each group with no-think rollouts; only supcot* filter them
-        assert env["IFCORE_RAIF_NOTHINK"] == "1" and args.algo.dynamic_filtering_range == [-0.01, 1.01]
-        assert env.get("IFCORE_RAIF_FILTER") == (None if supcot else "off")
+    if paired:  # 02's superior-CoT arms: a quarter of each group without reasoning, for eq. 7's test only
+        assert env["IFCORE_RAIF_NOTHINK"] == "1" and env["IFCORE_RAIF_TEST"] == cfg["superior_cot"]
+        assert "IFCORE_RAIF_REFILL" not in env and "IFCORE_RAIF_NOTHINK_ACCURACY" not in env
     on = mode != "broadcast" or paired or bool(cfg["bc_coef"])
 
     spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model="/cluster/policy", prompt_data="/cluster/train.jsonl",
@@ -144,7 +145,10 @@ def test_unsupported_options_are_refused_by_name():
     with pytest.raises(ValueError, match="^rtt_alpha: 0.5 has no OpenRLHF counterpart"):
         _command(dict(by_arm["04/rtt"], rtt_alpha=0.5))
     with pytest.raises(ValueError, match="^superior_cot: 'reference'"):
-        _command(dict(by_arm["02/supcot"], superior_cot="reference"))
+        _command(dict(by_arm["02/supcot"], superior_cot="reference", nothink_share=0.0))
+    refill = _command(dict(by_arm["02/supcot"], refill_rounds=2))  # not in RAIF: through the dynamic filter
+    assert refill[refill.index("--algo.dynamic_filtering_range") + 1:][:2] == ["-0.01", "1.01"]
+    assert openrlhf.reward_env(dict(by_arm["02/supcot"], refill_rounds=2))["IFCORE_RAIF_REFILL"] == "on"
     with pytest.raises(ValueError, match="^bc_data: "):
         _command(by_arm["02/supcot_bc"])
     plain = by_arm["03/scopeif"]
@@ -205,7 +209,7 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
     assert env["IFCORE_THINK"] == "raif" and env["IFCORE_RAIF_NOTHINK"] == "1"
     assert env["IFCORE_BC_DATA"] == str(tmp_path / "run" / "openrlhf" / "expert.jsonl")
     argv = shlex.split(spec["entrypoint"])
-    assert "--data.apply_chat_template" not in argv and "--algo.dynamic_filtering_enable" in argv
+    assert "--data.apply_chat_template" not in argv and "--algo.dynamic_filtering_enable" not in argv  # no refill
     assert argv[argv.index("--data.max_samples") + 1] == "6" and argv[argv.index("--train.num_episodes") + 1] == "1"
 
 

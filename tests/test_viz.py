@@ -216,3 +216,45 @@ def test_saving_a_figure_again_writes_the_same_bytes(tmp_path):
     for x, y in zip(first, again):
         assert open(x, "rb").read() == open(y, "rb").read(), x
     plt.close("all")
+
+
+# ---- notebook 02 (RAIF) ---------------------------------------------------------------------------------------
+
+RAIF_ARMS = ["grpo", "supcot", "supcot_bc", "bc"]
+
+
+def test_raif_pairs_are_table_4s_rows_and_clonings_own():
+    assert viz.raif_pairs(RAIF_ARMS) == [("supcot", "grpo"), ("supcot_bc", "grpo"), ("bc", "grpo"),
+                                         ("supcot_bc", "supcot")]
+
+
+def test_raif_conclusions_decide_one_family_and_rank_nothing_undecided():
+    seeds = [0, 1, 2]
+
+    def table(f):
+        return pd.DataFrame({arm: [f(i, s) for s in seeds] for i, arm in enumerate(RAIF_ARMS)}, index=seeds)
+
+    names = ["CSR step 0", "CSR end", "reasoning step 0", "reasoning end", "reward step 0", "reward end",
+             "reward w/o reasoning step 0", "reward w/o reasoning end", "KL late", "entropy late", "keep early",
+             "keep late"]
+    tables = {n: table(lambda i, s, k=k: 0.5 + 0.01 * k + 0.003 * ((i + s + k) % 3)) for k, n in enumerate(names)}
+    for n in ("keep early", "keep late"):  # the filter's keep ratio: superior-CoT arms only
+        tables[n][["grpo", "bc"]] = float("nan")
+    lines = viz.raif_conclusions(tables)
+    # 4 CSR gains, 4 arm pairs, 4 reward gaps, 4 gap changes, 4 reasoning lengths, 2 x 2 cloning pairs, 2 keep
+    assert "The 26 comparisons below are one family" in lines[1] and len(lines) == 28
+    kl = [line.split(" = ")[0] for line in lines if line.startswith("KL to the initial policy")]
+    assert kl == ["KL to the initial policy over the last third of training, + BC only minus GRPO (RAIF reward)",
+                  "KL to the initial policy over the last third of training, + superior CoT + BC minus + superior CoT"]
+    assert not any(w in " ".join(lines) for w in ("Highest", "best", "next:"))
+
+
+def test_keep_table_pools_counts_into_wilson_intervals_inside_0_1():
+    train = pd.DataFrame([{"arm": "supcot", "step": step, "seed": seed, "keep_ratio": 1.0, "groups_kept": 4,
+                           "groups_sampled": 4, "groups_cot_tied": 1} for step in range(1, 7) for seed in (0, 1)]
+                         + [{"arm": "grpo", "step": 1, "seed": 0, "keep_ratio": None, "groups_kept": 0,
+                             "groups_sampled": 4, "groups_cot_tied": 0}])
+    got = viz.keep_table(train, ["grpo", "supcot"], steps=6)
+    assert list(got["steps"]) == ["first third", "last third"] and (got["sampled"] == 16).all()
+    p, lo, hi, _ = stats.wilson(16, 16)
+    assert got["95% Wilson"].iloc[0] == f"[{lo:.3f}, {hi:.3f}]" and hi <= 1.0 and got["CoT all alike"].iloc[0] == 0.25

@@ -176,7 +176,7 @@ def log_keys(extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The fixed names of `sample_logs`: OpenRLHF and verl need every sample to carry the same keys."""
     scopes = tuple(k for s in SELECTORS for k in (f"scope_{s}_sat", f"scope_{s}_n"))
     return ("ila", "cla", "format_fail", *(f"fmt_{p}" for p in PROBLEMS), "verify_errors", "over_budget",
-            "clipped", "constraints", "judged", "judge_fallback", "unjudged", *scopes, *extra)
+            "clipped", "constraints", "no_reasoning", "judged", "judge_fallback", "unjudged", *scopes, *extra)
 
 
 def sample_logs(result: dict, constraints) -> dict[str, float]:
@@ -198,6 +198,7 @@ def sample_logs(result: dict, constraints) -> dict[str, float]:
     logs["over_budget"] = float(result["over_budget"])
     logs["clipped"] = float(result["clipped"])
     logs["constraints"] = float(len(sat))
+    logs["no_reasoning"] = float(result.get("reasoning") is not None)  # RAIF: empty or placeholder think block
     for v in result.get("judged") or ():  # judged constraints: by TGV's records, its binary fallback, or not at all
         if v is not None:
             key = {"tgv": "judged", "fallback": "judge_fallback"}.get(v.get("source"), "unjudged")

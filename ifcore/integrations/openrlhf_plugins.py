@@ -25,14 +25,19 @@ unset, so the unpatched path is OpenRLHF's own):
   there). Why not from the reward function: OpenRLHF keeps one float per `extra_logs` key and sample
   (samples_generator: `value.flatten()[0].item()`), so token spans cannot pass through it; the verdicts are
   recomputed here from the decoded response and its label.
-- IFCORE_RAIF_NOTHINK=k (>= 1): the last k rollouts of each training group are sampled with RAIF's empty think
-  block (IFCORE_RAIF_NOTHINK_SUFFIX, default "<think>\\n\\n</think>\\n") appended to the prompt, and a group is kept
-  iff max R_accuracy of its CoT rollouts >= min R_accuracy of its no-think ones (RAIF eq. 7,
-  ifcore.advantages.superior_cot_keep; R_accuracy, eq. 5, from the reward function's ila / cla / format_fail logs).
-  A dropped group gets the score -inf, so OpenRLHF's dynamic filter drops it and draws a replacement prompt: needs
-  --algo.dynamic_filtering_enable (a --algo.dynamic_filtering_range wider than [0, 1], e.g. `-0.01 1.01`, leaves
-  the decision to RAIF alone). IFCORE_RAIF_FILTER=off keeps every group (the paired rollouts of RAIF's GRPO
-  baseline, without the superior-CoT test). Evaluation rollouts are never paired.
+- IFCORE_RAIF_NOTHINK=k (>= 1): RAIF's superior-CoT enforcement. SamplesGenerator.generate_samples (training
+  rollouts only; evaluation is never paired) samples the last k rollouts of each group with RAIF's empty think
+  block (IFCORE_RAIF_NOTHINK_SUFFIX, default "<think>\\n\\n</think>\\n") appended to the prompt. Each group's
+  decision is ifcore.advantages.superior_cot_mask's, from the reward function's logs (R_accuracy, eq. 5, from ila /
+  cla / format_fail / no_reasoning): IFCORE_RAIF_TEST "group" (default, eq. 7), "reference" (the authors'
+  per-sample test against the label's `reference` count; 0 where it has none) or "group+reference". OpenRLHF's
+  group_norm then normalises all n rollouts, no-think ones included (as the authors' experience maker), and
+  RemoteExperienceMaker.compute_advantages_and_returns clears the action mask of every rollout that does not train
+  (no-think ones, a dropped group's, a failed per-sample test): no gradient, and out of the loss's token and sample
+  counts. IFCORE_RAIF_REFILL=on (NOT in RAIF): a dropped group gets the score -inf instead, so that OpenRLHF's
+  dynamic filter drops it and draws a replacement prompt (needs --algo.dynamic_filtering_enable, with a range
+  wider than [0, 1], e.g. `-0.01 1.01`). The reward function (IFCORE_THINK=raif) judges a no-think rollout's answer;
+  IFCORE_RAIF_NOTHINK_ACCURACY=authors gives it -2 as the authors' code does.
 - IFCORE_BC_COEF=c (> 0) with IFCORE_BC_DATA=JSONL of {prompt, response}: RAIF eq. 8's behaviour cloning. 0.11
   removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward, the NLL
   being the token mean over IFCORE_BC_BATCH (default 4) expert responses per micro-batch, scored by the policy's own
@@ -50,7 +55,7 @@ from functools import wraps
 import numpy as np
 import torch
 
-from ifcore.advantages import superior_cot_keep, token_rtt
+from ifcore.advantages import token_rtt
 from ifcore.integrations import load_constraints, settings
 from ifcore.rewards import score_response
 from ifcore.rtt_labels import relevant_spans, token_labels
@@ -72,13 +77,14 @@ def _env_float(name: str) -> float | None:
     return value
 
 
-def _patch(cls, name: str, make):
-    """cls.name = make(original), once: a second install in the same process (the hook, then a test) keeps it."""
-    original = getattr(cls, name)
-    if getattr(original, "_ifcore", False):
+def _patch(cls, name: str, make, tag: str):
+    """cls.name = make(current), once per feature `tag`: a second install in the same process (the hook, then a
+    test) keeps it, and two features may wrap the same method (RTT, then RAIF's masking)."""
+    current = getattr(cls, name)
+    if tag in getattr(current, "_ifcore", ()):
         return
-    wrapper = wraps(original)(make(original))
-    wrapper._ifcore = True
+    wrapper = wraps(current)(make(current))
+    wrapper._ifcore = (*getattr(current, "_ifcore", ()), tag)
     setattr(cls, name, wrapper)
 
 
@@ -86,6 +92,9 @@ def install() -> list[str]:
     """Ray's worker_process_setup_hook: patch the OpenRLHF classes of the features the environment turns on.
     Returns the patched methods' names (empty when every IFCORE_RTT_/RAIF_/BC_ variable is unset)."""
     patched = []
+    if os.environ.get("IFCORE_RAIF_FILTER"):
+        raise ValueError("IFCORE_RAIF_FILTER is gone: RAIF's GRPO baseline samples no no-think rollouts (unset "
+                         "IFCORE_RAIF_NOTHINK); IFCORE_RAIF_REFILL=on is what replaced dropped groups")
     beta = _env_float("IFCORE_RTT_BETA")
     if beta:
         from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
@@ -96,22 +105,28 @@ def install() -> list[str]:
             raise ValueError(f"IFCORE_RTT_MODE must be 'intra' or 'inter', got {mode!r}")
         _patch(RemoteExperienceMaker, "compute_advantages_and_returns",
                lambda original: lambda self, experiences: add_rtt(
-                   self, original(self, experiences), beta, relevance_fn, mode))
+                   self, original(self, experiences), beta, relevance_fn, mode), "rtt")
         patched.append("RemoteExperienceMaker.compute_advantages_and_returns")
     nothink = os.environ.get("IFCORE_RAIF_NOTHINK")
     if nothink:
         if not nothink.isdigit() or int(nothink) < 1:
             raise ValueError(f"IFCORE_RAIF_NOTHINK must be a positive integer (no-think rollouts per group), "
                              f"got {nothink!r}")
+        from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
         from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
         suffix = os.environ.get("IFCORE_RAIF_NOTHINK_SUFFIX", NOTHINK_SUFFIX)
-        keep_all = {"on": False, "off": True}.get(os.environ.get("IFCORE_RAIF_FILTER") or "on")
-        if keep_all is None:
-            raise ValueError(f"IFCORE_RAIF_FILTER must be 'on' or 'off', got {os.environ['IFCORE_RAIF_FILTER']!r}")
-        _patch(SamplesGenerator, "_generate_vllm",
-               lambda original: _paired_generate(original, int(nothink), suffix, keep_all))
-        patched.append("SamplesGenerator._generate_vllm")
+        test = os.environ.get("IFCORE_RAIF_TEST") or "group"
+        if test not in ("group", "reference", "group+reference"):
+            raise ValueError(f"IFCORE_RAIF_TEST must be 'group', 'reference' or 'group+reference', got {test!r}")
+        refill = {"on": True, "off": False}.get(os.environ.get("IFCORE_RAIF_REFILL") or "off")
+        if refill is None:
+            raise ValueError(f"IFCORE_RAIF_REFILL must be 'on' or 'off', got {os.environ['IFCORE_RAIF_REFILL']!r}")
+        _patch(SamplesGenerator, "generate_samples",
+               lambda original: _paired_generate(original, int(nothink), suffix, test, refill), "raif")
+        _patch(RemoteExperienceMaker, "compute_advantages_and_returns",
+               lambda original: lambda self, experiences: mask_untrained(original(self, experiences)), "raif")
+        patched += ["SamplesGenerator.generate_samples", "RemoteExperienceMaker.compute_advantages_and_returns"]
     coef = _env_float("IFCORE_BC_COEF")
     if coef:
         path = os.environ.get("IFCORE_BC_DATA")
@@ -125,7 +140,7 @@ def install() -> list[str]:
 
         experts = read_experts(path)
         _patch(ActorPPOTrainer, "training_step", lambda original: _bc_training_step(original, coef, experts,
-                                                                                     int(batch)))
+                                                                                     int(batch)), "bc")
         patched.append("ActorPPOTrainer.training_step")
     return patched
 
@@ -230,8 +245,10 @@ def _NO_JUDGE(prompt, text, answer, targets):
 
 def raif_accuracy(extra_logs: dict) -> float:
     """RAIF eq. 5's R_accuracy of one rollout from the reward function's logs: +2 when every constraint holds,
-    the followed fraction when some do, -2 when none do or the format fails (or the reward function failed)."""
-    if not extra_logs or float(extra_logs.get("format_fail", 1.0)) >= 0.5:
+    the followed fraction when some do, -2 when none do, the format fails, the reasoning is empty (the authors'
+    complex_scoring.py:278) or the reward function failed."""
+    if (not extra_logs or float(extra_logs.get("format_fail", 1.0)) >= 0.5
+            or float(extra_logs.get("no_reasoning", 0.0)) >= 0.5):
         return -2.0
     if float(extra_logs["ila"]) >= 0.5:
         return 2.0
@@ -239,25 +256,64 @@ def raif_accuracy(extra_logs: dict) -> float:
     return cla if cla > 0 else -2.0
 
 
-def superior_cot_group(think: list[dict], nothink: list[dict], keep_all: bool = False) -> list[dict]:
-    """One prompt's rollouts (CoT ones first, as OpenRLHF's executor returns them), with every score set to -inf
-    when RAIF eq. 7 drops the group (never with keep_all), so that the dynamic filter drops it and draws a
-    replacement prompt."""
-    keep = keep_all or superior_cot_keep([raif_accuracy(r.get("extra_logs")) for r in think],
-                                         [raif_accuracy(r.get("extra_logs")) for r in nothink])
+def _reference_count(label) -> float:
+    """The label's offline no-reasoning count (`reference`: one bool per constraint, or a count); 0 without one,
+    as the authors' check_qa.py:66-70 default it."""
+    try:
+        label = json.loads(label) if isinstance(label, (str, bytes)) else label
+    except ValueError:
+        return 0.0
+    ref = label.get("reference") if isinstance(label, dict) else None
+    return float(sum(ref)) if isinstance(ref, list) else float(ref or 0)
+
+
+def superior_cot_group(think: list[dict], nothink: list[dict], test: str = "group", refill: bool = False):
+    """One prompt's rollouts (CoT ones first), each with extra_logs raif_nothink, raif_keep (eq. 7's decision for
+    the group) and raif_train (whether it carries gradient), from ifcore.advantages.superior_cot_mask. With
+    `refill` (not in RAIF) a dropped group's scores are -inf instead, so that the dynamic filter replaces it."""
+    from ifcore.advantages import reference_superior, superior_cot_mask
+
     out = think + nothink
-    if not keep:
-        for r in out:
+    logs = [r.get("extra_logs") or {} for r in out]
+    acc = np.array([[raif_accuracy(x) for x in logs]])
+    flags = np.array([[False] * len(think) + [True] * len(nothink)])
+    sample_ok = None
+    if "reference" in test:
+        judged = [bool(x) and x.get("format_fail", 1.0) < 0.5 and x.get("no_reasoning", 0.0) < 0.5 for x in logs]
+        count = [round(float(x.get("cla", 0.0)) * float(x.get("constraints", 0.0))) for x in logs]
+        sample_ok = reference_superior(np.array([count]), np.array([judged]), _reference_count(out[0].get("label")))
+    keep, train = superior_cot_mask(acc, flags, sample_ok, group="group" in test)
+    for r, nt, tr in zip(out, flags[0], train[0]):
+        r["extra_logs"] = {**(r.get("extra_logs") or {}), "raif_nothink": float(nt), "raif_keep": float(keep[0]),
+                           "raif_train": float(tr)}
+        if refill and not keep[0]:
             r["scores"] = -math.inf
     return out
+
+
+@torch.no_grad()
+def mask_untrained(experiences):
+    """After OpenRLHF's advantages (group_norm over all n rollouts, no-think ones included): the rollouts whose
+    raif_train is 0 get an empty action mask (no policy, KL or entropy gradient; out of the loss's token and
+    sample counts, OpenRLHF's aggregate_loss) and zero advantages and returns."""
+    for e in experiences:
+        train = e.info.get("raif_train")
+        if train is None:
+            continue
+        off = train.reshape(-1) < 0.5
+        e.action_mask[off] = False
+        e.advantages[off] = 0.0
+        e.returns[off] = 0.0
+    return experiences
 
 
 class _PairedEngine:
     """A vLLM engine handle whose generate_responses samples the group's last `nothink` rollouts with the no-think
     suffix and returns one object ref of the whole group, the superior-CoT test applied (a Ray task)."""
 
-    def __init__(self, engine, nothink: int, suffix: str, combine, keep_all: bool = False):
-        self.engine, self.nothink, self.suffix, self.combine, self.keep_all = engine, nothink, suffix, combine, keep_all
+    def __init__(self, engine, nothink: int, suffix: str, combine, test: str, refill: bool):
+        self.engine, self.nothink, self.suffix, self.combine = engine, nothink, suffix, combine
+        self.test, self.refill = test, refill
         self.generate_responses = self  # engine.generate_responses.remote(...) -> self.remote(...)
 
     def __getattr__(self, name):  # get_num_unfinished_requests and the rest: the engine's
@@ -270,28 +326,27 @@ class _PairedEngine:
             raise ValueError(f"IFCORE_RAIF_NOTHINK={self.nothink} leaves no CoT rollout in a group of {num_samples}")
         think = self.engine.generate_responses.remote(prompt=prompt, num_samples=num_samples - self.nothink, **kwargs)
         plain = self.engine.generate_responses.remote(prompt=prompt + self.suffix, num_samples=self.nothink, **kwargs)
-        return self.combine.remote(think, plain, self.keep_all)
+        return self.combine.remote(think, plain, self.test, self.refill)
 
 
-def _paired_generate(original, nothink: int, suffix: str, keep_all: bool = False):
+def _paired_generate(original, nothink: int, suffix: str, test: str = "group", refill: bool = False):
+    """SamplesGenerator.generate_samples (the training rollouts) with paired engines."""
     import ray
 
     combine = ray.remote(num_cpus=0)(superior_cot_group)
 
-    def _generate_vllm(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs):
-        if not self.args.algo.dynamic_filtering_enable:
-            raise ValueError("IFCORE_RAIF_NOTHINK: paired rollouts go through OpenRLHF's dynamic filter (it drops "
-                             "the groups the superior-CoT test rejects); add --algo.dynamic_filtering_enable")
-        if not dynamic_filtering:  # evaluation: plain rollouts
-            return original(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+    def generate_samples(self, **generate_kwargs):
+        if refill and not self.args.algo.dynamic_filtering_enable:
+            raise ValueError("IFCORE_RAIF_REFILL=on: dropped groups are replaced through OpenRLHF's dynamic filter; "
+                             "add --algo.dynamic_filtering_enable")
         engines = self.vllm_engines
-        self.vllm_engines = [_PairedEngine(e, nothink, suffix, combine, keep_all) for e in engines]
+        self.vllm_engines = [_PairedEngine(e, nothink, suffix, combine, test, refill) for e in engines]
         try:
-            return original(self, dataloader_iter, num_prompts, dynamic_filtering, **generate_kwargs)
+            return original(self, **generate_kwargs)
         finally:
             self.vllm_engines = engines
 
-    return _generate_vllm
+    return generate_samples
 
 
 # ---- RAIF: behaviour cloning (eq. 8) -------------------------------------------------------------------------------

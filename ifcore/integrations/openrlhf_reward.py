@@ -20,7 +20,7 @@ import os
 import torch
 
 from ifcore.integrations import load_constraints, log_keys, sample_logs, score, settings
-from ifcore.rewards import RANGES
+from ifcore.rewards import RANGES, think_prefix
 
 # ChatML/Qwen, GPT-style, Llama 2/Mistral, Llama 3, DeepSeek, Gemma, Phi-3, gpt-oss.
 DEFAULT_EOS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>",
@@ -62,6 +62,14 @@ def reward_func(queries, prompts, labels, **kwargs):
         while any(response.endswith(m) for m in eos):
             m = next(m for m in eos if response.endswith(m))
             response, finished = response[:-len(m)].rstrip(), True
+        if opts["think"] == "raif":
+            # RAIF: score from the think block's head the prompt holds on (rewards.think_prefix), as the embedded
+            # trainer does; a block wholly in the prompt is a no-think rollout (eq. 7's y-hat), its answer judged
+            # unless IFCORE_RAIF_NOTHINK_ACCURACY=authors (the authors' code gives it R_accuracy -2).
+            head = think_prefix(prompt)
+            authors = os.environ.get("IFCORE_RAIF_NOTHINK_ACCURACY") == "authors"
+            opts = {**opts, "nothink": "</think>" in head and not authors}
+            response = head + response
         result = score(response, constraints, opts, where, truncated=bool(eos) and not finished, prompt=prompt)
         rewards.append(result["reward"])
         # Dynamic filtering reads scores in [0, 1]: RAIF's [-3, 3] is mapped linearly, the others already are.

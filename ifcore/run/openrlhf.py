@@ -29,7 +29,7 @@ TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
 | save_every | `--ckpt.save_steps`, `--ckpt.save_hf`, `--ckpt.load_enable` (a rerun resumes) |
 | lora_r, lora_alpha, lora_targets | `--ds.lora.rank`, `--ds.lora.alpha`, `--ds.lora.target_modules` |
 | token_advantages, rtt_beta, rtt_discriminator | IFCORE_RTT_BETA of ifcore/integrations/openrlhf_plugins.py (worker_process_setup_hook); rtt and rtt_inter: IFCORE_RTT_RELEVANCE `ifcore.train.rtt:saved_relevance` with IFCORE_RTT_DISCRIMINATOR = rtt_discriminator (or the rtt_relevance given), rtt_inter also IFCORE_RTT_MODE inter; uniform and random: IFCORE_RTT_RELEVANCE uniform / random (IFCORE_RTT_SEED = seed); rtt_alpha != 1 refused by name |
-| superior_cot group, nothink_share | IFCORE_RAIF_NOTHINK = round(nothink_share x group_size), `--algo.dynamic_filtering_enable --algo.dynamic_filtering_range -0.01 1.01` (OpenRLHF refills dropped groups until the batch is full: refill_rounds has no limit there); nothink_share without group: also IFCORE_RAIF_FILTER off (every group kept); reference refused |
+| superior_cot, nothink_share, refill_rounds, nothink_accuracy | IFCORE_RAIF_NOTHINK = round(nothink_share x group_size), IFCORE_RAIF_TEST = superior_cot (group or group+reference; reference alone refused: the embedded trainer's initial-policy fallback has no counterpart); refill_rounds > 0: IFCORE_RAIF_REFILL on with `--algo.dynamic_filtering_enable --algo.dynamic_filtering_range -0.01 1.01` (no round limit there); nothink_accuracy authors: IFCORE_RAIF_NOTHINK_ACCURACY |
 | bc_coef, bc_data, bc_batch | IFCORE_BC_COEF, IFCORE_BC_DATA (a file the cluster sees; required), IFCORE_BC_BATCH (per micro-batch) |
 | threads, generate_batch, warm_start, eval_prompts, output_dir | the embedded trainer's own (CPU threads, chunking, the default policy, the eval file's length, run_dir) |
 
@@ -84,13 +84,16 @@ def plugin_env(cfg: dict, rtt_relevance: str | None = None) -> dict[str, str]:
             env["IFCORE_RTT_RELEVANCE"] = mode
             if mode == "random":
                 env["IFCORE_RTT_SEED"] = str(cfg["seed"])
-    if cfg["superior_cot"] == "reference":
-        raise ValueError("superior_cot: 'reference' has no OpenRLHF counterpart yet (the plug-ins compare CoT with "
-                         "no-think rollouts: 'group')")
-    if cfg["superior_cot"] == "group" or cfg["nothink_share"]:
+    if cfg["superior_cot"] != "off":
+        if "group" not in cfg["superior_cot"]:
+            raise ValueError("superior_cot: 'reference' alone has no OpenRLHF counterpart (the plug-ins pair "
+                             "rollouts: 'group' or 'group+reference')")
         env["IFCORE_RAIF_NOTHINK"] = str(round(cfg["nothink_share"] * cfg["group_size"]))
-        if cfg["superior_cot"] != "group":  # RAIF's GRPO baseline: paired rollouts, every group kept
-            env["IFCORE_RAIF_FILTER"] = "off"
+        env["IFCORE_RAIF_TEST"] = cfg["superior_cot"]
+        if cfg.get("refill_rounds"):  # not in RAIF: OpenRLHF's dynamic filter refills without a round limit
+            env["IFCORE_RAIF_REFILL"] = "on"
+        if cfg.get("nothink_accuracy") == "authors":
+            env["IFCORE_RAIF_NOTHINK_ACCURACY"] = "authors"
     if cfg["bc_coef"]:
         if cfg["bc_data"] is None:
             raise ValueError("bc_data: the default expert responses live in this machine's cache; give a JSONL of "
@@ -193,7 +196,7 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
             [t.strip() for t in cfg["lora_targets"].split(",") if t.strip()]
         argv += ["--ds.lora.rank", str(cfg["lora_r"]), "--ds.lora.alpha", str(int(cfg["lora_alpha"])),
                  "--ds.lora.target_modules", *targets]
-    if "IFCORE_RAIF_NOTHINK" in plugins:  # the plug-ins drop a group through the dynamic filter (score -inf)
+    if "IFCORE_RAIF_REFILL" in plugins:  # not in RAIF: a dropped group's score -inf, the dynamic filter refills
         argv += ["--algo.dynamic_filtering_enable", "--algo.dynamic_filtering_range", "-0.01", "1.01"]
     if eval_data:
         argv += ["--eval.dataset", str(eval_data), "--eval.steps", str(cfg["eval_every"]),

@@ -12,10 +12,14 @@ checkpoint left it, and its metrics rows equal those of a run that was never sto
 On CUDA the weights stay fp32 and every forward pass runs under bf16 autocast; on CPU everything is fp32.
 
 RAIF (notebook 02): with reward "raif" the prompt is RAIF's CoT prompt (sft.raif_prompt) and the format gate wants
-`<think>...</think><answer>...</answer>` (eq. 4). `nothink_share` of each group is sampled with RAIF's empty think
-block appended to the prompt (paired rollouts); `superior_cot` drops the groups whose reasoning does not pay (eq. 7,
-or the RAIF authors' per-sample test against a reference) and replaces them with new prompts drawn from (seed,
-step); `bc_coef` adds behaviour cloning of expert responses (eq. 8, the authors' PPO-ptx term) to the loss.
+`<think>...</think><answer>...</answer>` (eq. 4); empty or placeholder reasoning gets R_accuracy -2 (the authors'
+complex_scoring.py:278). `superior_cot` "group" samples `nothink_share` of each group with RAIF's empty think block in
+the prompt, for eq. 7's test only: those rollouts and a dropped group's never carry gradient, and their rewards
+still enter the group's mean and std (ifcore.advantages.superior_cot_mask, as the authors' replay buffer and
+experience maker do); "reference" is the authors' per-sample test against an offline no-reasoning count. The
+GRPO baseline ("off") samples no no-think rollouts. `bc_coef` adds behaviour cloning of expert responses (eq. 8,
+the authors' PPO-ptx term) to the loss. Named options that are not the paper's, off by default: refill_rounds
+(replace dropped groups), nothink_accuracy "authors" (the authors' code scores a no-think rollout -2).
 
 Real models (issue 10, docs/inference.md): `model` is a registry name (smollm2-135m), a folder or a cached hub id;
 `lora_r` > 0 trains LoRA adapters (peft) whose model, adapters off, is the KL reference, and checkpoints hold the
@@ -54,6 +58,7 @@ from ifcore.train.model import chat_prompt, load_lora_policy, load_policy, think
 from ifcore.train import rtt
 from ifcore.train.sft import NOTHINK_PREFIX, bc_loss, expert_batch, raif_prompt
 
+SUPERIOR_COT = ("off", "group", "reference", "group+reference")
 # Keys of a metrics row that measure wall-clock time rather than the run: the only ones a resume may change.
 TIMING_KEYS = ("step_seconds", "eval_seconds", "rtt_seconds")
 
@@ -107,16 +112,23 @@ class TrainConfig:
     save_every: int = _arg(10, "a checkpoint every N steps (and at the end); the last two are kept")
     threads: int = _arg(0, "torch CPU threads; 0 leaves torch's default")
     warm_start: dict = _arg({}, "overrides of ifcore.train.sft.WarmStartConfig for the default policy")
-    # ---- RAIF (notebook 02): paired rollouts, superior-CoT enforcement (eq. 7), behaviour cloning (eq. 8) ----
-    nothink_share: float = _arg(0.0, "share of each group sampled with RAIF's empty think block appended to the "
-                                     "prompt (the RAIF authors: 0.25)")
-    superior_cot: str = _arg("off", "off | group: keep a group iff its best CoT rollout's R_accuracy >= its worst "
-                                    "no-think rollout's (RAIF eq. 7) | reference: >= the label's `reference` score, "
-                                    "else the initial policy's greedy no-think answer's (the RAIF authors' variant)")
-    refill_rounds: int = _arg(2, "superior_cot: rounds of new prompts replacing dropped groups (then fewer train)")
-    bc_coef: float = _arg(0.0, "behaviour cloning: bc_coef x NLL of expert responses (RAIF eq. 8; its ptx_coef)")
-    bc_data: str | None = _arg(None, "JSONL of {prompt, response} expert pairs; default: the cached synthetic ones "
-                                     "(RAIF's format: a plan, then the answer)")
+    # ---- RAIF (notebook 02): superior-CoT enforcement (eq. 7), behaviour cloning (eq. 8) ----
+    superior_cot: str = _arg("off", "off: RAIF's GRPO baseline, no no-think rollouts | group: RAIF eq. 7 with "
+                                    "no-think rollouts (nothink_share) | reference: the RAIF authors' per-sample test "
+                                    "against an offline no-reasoning count (label `reference`, else the initial "
+                                    "policy's greedy no-think answer) | group+reference: both, as the authors' "
+                                    "--enforce_superior_CoT runs")
+    nothink_share: float = _arg(0.0, "superior_cot group: share of each group sampled with RAIF's empty think block "
+                                     "in the prompt, for eq. 7's test only (never trained; the RAIF authors: 0.25)")
+    nothink_accuracy: str = _arg("answer", "answer: a no-think rollout's answer is judged (RAIF eq. 7) | authors: "
+                                           "R_accuracy -2 for its empty think block, as the authors' code scores it "
+                                           "(then eq. 7 keeps every group; NOT the paper)")
+    refill_rounds: int = _arg(0, "NOT in RAIF (the paper skips dropped groups): rounds of new prompts replacing "
+                                 "the groups superior-CoT drops; 0 keeps them in the batch, without gradient")
+    bc_coef: float = _arg(0.0, "behaviour cloning: bc_coef x NLL of expert responses (RAIF eq. 8; Table 12's "
+                               "ptx_coef is 1)")
+    bc_data: str | None = _arg(None, "JSONL of {prompt, response} expert pairs; default: the training prompts' "
+                                     "witnesses with an expert's reasoning the warm start never saw (synth.expert_plan)")
     bc_batch: int = _arg(16, "expert pairs per step")
     # ---- real models (issue 10): LoRA through peft; generation in chunks that bound a real model's KV cache ----
     lora_r: int = _arg(0, "LoRA rank; 0: full fine-tuning. With LoRA the KL reference is the model with its "
@@ -148,7 +160,8 @@ LIMITS = {
 # RAIF's options (cross-field checks in load_config).
 LIMITS.update({
     "nothink_share": (lambda v: 0 <= v < 1, "in [0, 1)"), "refill_rounds": (lambda v: v >= 0, "at least 0"),
-    "superior_cot": (lambda v: v in ("off", "group", "reference"), "one of off, group, reference"),
+    "superior_cot": (lambda v: v in SUPERIOR_COT, f"one of {', '.join(SUPERIOR_COT)}"),
+    "nothink_accuracy": (lambda v: v in ("answer", "authors"), "answer or authors"),
     "bc_coef": _NON_NEGATIVE, "bc_batch": _AT_LEAST_1,
 })
 # Real models' options.
@@ -236,14 +249,16 @@ def load_config(path: str | None = None, **overrides) -> TrainConfig:
         except ValueError as e:
             raise ValueError(f"{source.get(name, '')}{e}") from None
     cfg = TrainConfig(**checked)
-    # RAIF: a group pairs CoT with no-think rollouts only when both kinds are in it.
+    # RAIF: no-think rollouts exist only for eq. 7's test (the authors add them only with --enforce_superior_CoT,
+    # experience_maker.py:3175-3193), and a group needs both kinds.
     nothink = round(cfg.nothink_share * cfg.group_size)
-    if cfg.nothink_share and not (cfg.think and 1 <= nothink < cfg.group_size):
-        raise ValueError(f"nothink_share: {cfg.nothink_share} of group_size {cfg.group_size} gives {nothink} no-think "
-                         f"rollouts per group; pairing needs think true and between 1 and group_size - 1")
-    if cfg.superior_cot == "group" and not cfg.nothink_share:
-        raise ValueError("superior_cot: 'group' compares CoT with no-think rollouts (RAIF eq. 7); set nothink_share "
-                         "(the RAIF authors use 0.25)")
+    if "group" in cfg.superior_cot and not (cfg.think and 1 <= nothink < cfg.group_size):
+        raise ValueError(f"nothink_share: superior_cot {cfg.superior_cot!r} compares CoT with no-think rollouts "
+                         f"(RAIF eq. 7); {cfg.nothink_share} of group_size {cfg.group_size} gives {nothink} per group, "
+                         "and it needs think true and between 1 and group_size - 1 (the RAIF authors: 0.25)")
+    if cfg.nothink_share and "group" not in cfg.superior_cot:
+        raise ValueError(f"nothink_share: no-think rollouts are sampled for superior-CoT's group test only; "
+                         f"superior_cot is {cfg.superior_cot!r} (RAIF's GRPO baseline has none)")
     if cfg.bc_coef and cfg.bc_data is None and cfg.reward != "raif":
         raise ValueError("bc_coef: the default expert responses are in RAIF's format (reward raif); give bc_data for "
                          f"reward {cfg.reward}")
@@ -304,6 +319,11 @@ def resolve_paths(cfg: TrainConfig, progress: bool = True) -> dict[str, str]:
 
         defaults = default_assets(WarmStartConfig(**cfg.warm_start), progress=progress)
         paths = {k: v if v is not None else defaults[k] for k, v in paths.items()}
+        if cfg.bc_coef and cfg.bc_data is None:  # RAIF's expert: not the warm start's own plans (synth.expert_plan)
+            from ifcore.synth import expert_file
+
+            paths["bc_data"] = expert_file(defaults["train_data"], defaults["bc_data"],
+                                           Path(defaults["bc_data"]).with_name("expert_deep.jsonl"))
     return paths
 
 
@@ -426,29 +446,45 @@ def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: i
     degenerate (one argmax path, often repetitive), so its greedy figures move erratically and are kept for
     reference. A response that fails the format gate (truncated, unclosed think) satisfies none of its
     constraints, as score_response counts it. The prompts and the gate are the rollouts' (RAIF's for reward raif).
+    RAIF (reward raif): also eval_reward, RAIF's reward, and the eval_nothink_* figures of the same prompts with
+    the empty think block in the prompt: reward with minus without reasoning, measured in every arm (the GRPO
+    baseline samples no no-think rollouts in training).
     """
+    from ifcore.rewards import raif, raif_reasoning_problem, score_response, think_prefix
+
     t0 = time.time()
-    prompts = [_prompt(tokenizer, p, cfg) for p, _ in rows]
     row = {"type": "eval", "step": step}
-    for prefix, k in (("eval", cfg.eval_samples), ("eval_greedy", 0)):
+    modes = [("eval", cfg.eval_samples, False), ("eval_greedy", 0, False)]
+    if cfg.reward == "raif" and cfg.think:  # RAIF: the same prompts answered without reasoning (eq. 7's y-hat)
+        modes.append(("eval_nothink", cfg.eval_samples, True))
+    for prefix, k, nothink in modes:
+        prompts = [_prompt(tokenizer, p, cfg, nothink=nothink) for p, _ in rows]
         torch.manual_seed(2**40 + cfg.seed * 1_000_003 + step)  # apart from the rollout seeds
         _, _, _, mask, texts, truncated = generate(model, tokenizer, prompts * max(k, 1), cfg.max_new_tokens, device,
                                                    autocast, sample=k > 0, temperature=cfg.temperature,
                                                    top_p=cfg.top_p, batch=cfg.generate_batch)
         per_scope: dict[str, list[bool]] = {s: [] for s in ("Global", "Traversal", "Position", "Condition", "Nested")}
-        csr, isr = [], []
+        csr, isr, reward = [], [], []
         for i, (text, trunc) in enumerate(zip(texts, truncated)):
             constraints = rows[i % len(rows)][1]
-            ok = _score(text, trunc, constraints, cfg, tokenizer, kind="ila")["satisfied"]
+            # CSR judges every answer; the reward also gives R_accuracy -2 to empty reasoning in CoT mode
+            full = think_prefix(prompts[i % len(rows)]) + text if cfg.reward == "raif" else text
+            scored = score_response(full, constraints, kind="ila", alpha=cfg.alpha, think=_think_mode(cfg, tokenizer),
+                                    truncated=trunc, nothink=True)
+            ok = scored["satisfied"]
             csr.append(sum(ok) / len(ok) if ok else 1.0)
             isr.append(all(ok))
+            reward.append(float(raif(ok, scored["format_ok"], nothink or raif_reasoning_problem(full) is None)))
             for c, x in zip(constraints, ok):
                 per_scope[c.selector].append(x)
         row[f"{prefix}_isr"], row[f"{prefix}_csr"] = float(np.mean(isr)), float(np.mean(csr))
         row.update({f"{prefix}_csr_{s.lower()}": (float(np.mean(v)) if v else None) for s, v in per_scope.items()})
+        if cfg.reward == "raif":  # RAIF's reward (eq. 6): what reasoning should raise over not reasoning
+            row[f"{prefix}_reward"] = float(np.mean(reward))
         row[f"{prefix}_response_len"] = float(mask.sum(-1).float().mean())
         row[f"{prefix}_truncated_fraction"] = float(np.mean(truncated))
-        row[f"{prefix}_reasoning_tokens"] = float(np.mean([reasoning_tokens(tokenizer, t) for t in texts]))
+        if not nothink:
+            row[f"{prefix}_reasoning_tokens"] = float(np.mean([reasoning_tokens(tokenizer, t) for t in texts]))
     row["eval_seconds"] = round(time.time() - t0, 3)
     return row
 
@@ -468,26 +504,31 @@ def _prompt(tokenizer, instruction: str, cfg: TrainConfig, nothink: bool = False
     return chat_prompt(tokenizer, instruction, think=cfg.think and not nothink)
 
 
-def _score(text: str, truncated: bool, constraints, cfg: TrainConfig, tokenizer, nothink: bool = False,
-           kind: str | None = None):
+def _score(text: str, truncated: bool, constraints, cfg: TrainConfig, tokenizer, prompt: str = "",
+           nothink: bool = False, kind: str | None = None):
     """score_response of one rollout under the run's format gate. RAIF's gate wants the whole
-    `<think>...</think><answer>...</answer>`, so a rollout whose empty think block was in the prompt is scored with
-    it put back; offset still indexes `text`."""
-    from ifcore.rewards import score_response
+    `<think>...</think><answer>...</answer>`, so the part of the think block that the prompt holds
+    (rewards.think_prefix: a no-think rollout's empty block) is put back first; offset still indexes `text`.
+    `nothink`: the rollout is eq. 7's y-hat, whose answer is judged (nothink_accuracy "answer") or, as the RAIF
+    authors' code does, not (its empty think block: R_accuracy -2)."""
+    from ifcore.rewards import score_response, think_prefix
 
-    prefix = NOTHINK_PREFIX if cfg.reward == "raif" and (nothink or not cfg.think) else ""
+    prefix = think_prefix(prompt) if cfg.reward == "raif" else ""
     s = score_response(prefix + text, constraints, kind=kind or cfg.reward, alpha=cfg.alpha,
-                       think=_think_mode(cfg, tokenizer, nothink), truncated=truncated)
+                       think=_think_mode(cfg, tokenizer, nothink), truncated=truncated,
+                       nothink=nothink and cfg.nothink_accuracy == "answer")
     s["offset"] -= len(prefix)
     return s
 
 
 def accuracy(score: dict) -> float:
     """RAIF's R_accuracy (eq. 5) of a scored rollout: +2 all constraints followed, the followed fraction when some
-    are, -2 when none are or the format fails (its answer is then not judged). What superior-CoT compares."""
+    are, -2 when none are, the format fails or the reasoning is empty (its answer is then not judged). What
+    superior-CoT compares."""
     from ifcore.rewards import raif
 
-    return float(raif(score["satisfied"], score["format_ok"])) - (1.0 if score["format_ok"] else -1.0)
+    ok = score["format_ok"]
+    return float(raif(score["satisfied"], ok, score.get("reasoning") is None)) - (1.0 if ok else -1.0)
 
 
 def reasoning_tokens(tokenizer, text: str) -> int:
@@ -541,75 +582,88 @@ def _merge(chunks: list[dict], pad_id: int):
 
 def rollout_groups(policy, reference, tokenizer, train_rows, idx: list[int], references, cfg: TrainConfig, device,
                    autocast, step: int) -> dict:
-    """G scored rollouts of each training row in `idx`; with superior-CoT enforcement, only the groups it keeps.
+    """G scored rollouts of each training row in `idx`, and which of them train (RAIF's superior-CoT enforcement).
 
-    The last round(nothink_share G) rollouts of each group have RAIF's empty think block in the prompt. A group is
-    kept (superior_cot "group", RAIF eq. 7) iff max R_accuracy over its CoT rollouts >= min R_accuracy over its
-    no-think rollouts, or ("reference") >= the R_accuracy of the row's reference (its label's, else the frozen
-    initial policy's greedy no-think answer: the RAIF authors filter each sample against an offline no-CoT score).
-    Dropped groups are replaced by rows drawn with (seed, step, round), at most refill_rounds rounds; what is still
-    missing then is missing from the step. "off" keeps every group (keep_ratio is then the share that eq. 7 would
-    keep, when there are no-think rollouts).
+    superior_cot "group": the last round(nothink_share G) rollouts of each group have RAIF's empty think block in
+    the prompt; they are sampled for eq. 7's test only. "reference": each CoT rollout's count of satisfied
+    constraints against the row's offline no-reasoning count (its label's `reference`, else the frozen initial
+    policy's greedy no-think answer). Both decisions are ifcore.advantages.superior_cot_mask's (the test, the
+    masking of no-think rollouts and dropped groups, as the authors' replay buffer does it); a dropped group stays
+    in the batch without gradient. refill_rounds > 0 (NOT in RAIF) replaces dropped groups with rows drawn with
+    (seed, step, round) instead.
 
-    Returns the kept groups' rollouts (seqs, attention, n_prompt, mask, texts, truncated, scores, nothink: one
-    flag per rollout, rows: the kept training rows) and `stats`: keep_ratio over every group sampled this step,
-    groups_trained, refill_rounds, and over the step's own rows (before any filtering) cot_reward_mean,
-    nothink_reward_mean and reasoning_tokens (mean over CoT rollouts).
+    Returns the groups' rollouts (seqs, attention, n_prompt, mask, texts, truncated, scores, rows: the training
+    rows, nothink and train: one flag per rollout) and `stats`, over every group sampled this step: keep_ratio
+    (groups kept by eq. 7, None without its test) with groups_kept / groups_sampled and groups_cot_tied (groups
+    whose CoT rollouts all scored the same R_accuracy: kept, as the authors keep them), train_share (rollouts that
+    train, the authors' logged keep_ratio, ppo_trainer_prm800k_box.py:404, 483) with rollouts_trained /
+    rollouts_sampled, refill_rounds; over the step's own rows: cot_reward_mean, nothink_reward_mean,
+    reasoning_tokens and empty_reasoning (the share of CoT rollouts whose reasoning is empty or the placeholder).
     """
+    from ifcore.advantages import reference_superior, superior_cot_mask
+
     G = cfg.group_size
     n_nothink = round(cfg.nothink_share * G)
-    nothink = [False] * (G - n_nothink) + [True] * n_nothink
+    nothink = np.array([False] * (G - n_nothink) + [True] * n_nothink)
     chunks, stats = [], {}
-    sampled = passed_groups = kept_groups = rounds = 0
+    sampled = kept_groups = passed_groups = rounds = tied = 0
     while True:
         rows = [train_rows[i] for i in idx]
         prompts = [_prompt(tokenizer, p, cfg, nothink=nt) for p, _ in rows for nt in nothink]
         seqs, attention, n_prompt, mask, texts, truncated = generate(
             policy, tokenizer, prompts, cfg.max_new_tokens, device, autocast, sample=True,
             temperature=cfg.temperature, top_p=cfg.top_p, batch=cfg.generate_batch)
-        scores = [_score(texts[i], truncated[i], rows[i // G][1], cfg, tokenizer, nothink[i % G])
+        scores = [_score(texts[i], truncated[i], rows[i // G][1], cfg, tokenizer, prompts[i], bool(nothink[i % G]))
                   for i in range(len(texts))]
         acc = np.array([accuracy(s) for s in scores]).reshape(len(rows), G)
-        think_acc = acc[:, :G - n_nothink]
-        if cfg.superior_cot == "reference":
+        sample_ok = None
+        if "reference" in cfg.superior_cot:
             ref = [references[i] for i in idx]
             missing = [k for k, r in enumerate(ref) if r is None]
             if missing:  # the initial policy's greedy no-think answers (greedy: no sampling noise is drawn)
-                _, _, _, _, ref_texts, ref_trunc = generate(
-                    reference, tokenizer, [_prompt(tokenizer, rows[k][0], cfg, nothink=True) for k in missing],
-                    cfg.max_new_tokens, device, autocast, sample=False, batch=cfg.generate_batch)
-                for k, text, trunc in zip(missing, ref_texts, ref_trunc):
-                    ref[k] = _score(text, trunc, rows[k][1], cfg, tokenizer, nothink=True)["satisfied"]
-            baseline = np.array([accuracy({"satisfied": r, "format_ok": True}) for r in ref])[:, None]
-        else:
-            baseline = acc[:, G - n_nothink:] if n_nothink else None
-        passed = (superior_cot_keep(think_acc, baseline) if baseline is not None
-                  else np.ones(len(rows), dtype=bool))
-        keep = passed if cfg.superior_cot != "off" else np.ones(len(rows), dtype=bool)
-        if not stats:  # the step's own rows, before any filtering: the policy's behaviour
+                ref_prompts = [_prompt(tokenizer, rows[k][0], cfg, nothink=True) for k in missing]
+                _, _, _, _, ref_texts, ref_trunc = generate(reference, tokenizer, ref_prompts, cfg.max_new_tokens,
+                                                            device, autocast, sample=False, batch=cfg.generate_batch)
+                for k, text, trunc, p in zip(missing, ref_texts, ref_trunc, ref_prompts):
+                    ref[k] = _score(text, trunc, rows[k][1], cfg, tokenizer, p, nothink=True)["satisfied"]
+            sample_ok = reference_superior(
+                np.array([sum(s["satisfied"]) for s in scores]).reshape(len(rows), G),
+                np.array([s["format_ok"] and s.get("reasoning") is None for s in scores]).reshape(len(rows), G),
+                np.array([sum(r) for r in ref])[:, None])
+        keep, train = superior_cot_mask(acc, nothink, sample_ok, group="group" in cfg.superior_cot)
+        if not stats:  # the step's own rows, before any refill: the policy's behaviour
             reward = np.array([s["reward"] for s in scores]).reshape(len(rows), G)
-            cot = [reasoning_tokens(tokenizer, t) for i, t in enumerate(texts) if not nothink[i % G]]
-            stats = {"cot_reward_mean": float(reward[:, :G - n_nothink].mean()),
-                     "nothink_reward_mean": float(reward[:, G - n_nothink:].mean()) if n_nothink else None,
-                     "reasoning_tokens": float(np.mean(cot))}
+            cot = [i for i in range(len(texts)) if not nothink[i % G]]
+            stats = {"cot_reward_mean": float(reward[:, ~nothink].mean()),
+                     "nothink_reward_mean": float(reward[:, nothink].mean()) if n_nothink else None,
+                     "reasoning_tokens": float(np.mean([reasoning_tokens(tokenizer, texts[i]) for i in cot])),
+                     "empty_reasoning": float(np.mean([scores[i].get("reasoning") is not None for i in cot]))}
         sampled += len(rows)
-        passed_groups += int(passed.sum())
-        if keep.any():
-            sel = [i for i in range(len(texts)) if keep[i // G]]
+        passed_groups += int(keep.sum())
+        tied += int((acc[:, ~nothink].min(1) == acc[:, ~nothink].max(1)).sum())  # kept whatever the no-think did
+        # Without refills every group stays (a dropped one without gradient); with them, only the kept ones.
+        take = keep if cfg.refill_rounds else np.ones(len(rows), dtype=bool)
+        sel = [i for i in range(len(texts)) if take[i // G]]
+        if sel:
             chunks.append({"seqs": seqs[sel], "attention": attention[sel], "n_prompt": n_prompt, "mask": mask[sel],
                            "texts": [texts[i] for i in sel], "truncated": [truncated[i] for i in sel],
-                           "scores": [scores[i] for i in sel], "rows": [r for r, k in zip(rows, keep) if k]})
-        kept_groups += int(keep.sum())
-        if kept_groups == cfg.prompts_per_step or rounds == cfg.refill_rounds or cfg.superior_cot == "off":
+                           "scores": [scores[i] for i in sel], "rows": [r for r, k in zip(rows, take) if k],
+                           "nothink": [bool(nothink[i % G]) for i in sel],
+                           "train": [bool(train.reshape(-1)[i]) for i in sel]})
+        kept_groups += int(take.sum())
+        if kept_groups == cfg.prompts_per_step or rounds == cfg.refill_rounds:
             break
         rounds += 1
-        # Replacements: a function of (seed, step, round), so a resumed run draws the same ones.
+        # Replacements (not in RAIF): a function of (seed, step, round), so a resumed run draws the same ones.
         idx = [int(i) for i in np.random.default_rng([cfg.seed, step, rounds]).choice(
             len(train_rows), cfg.prompts_per_step - kept_groups, replace=len(train_rows) < cfg.prompts_per_step)]
-    stats |= {"keep_ratio": passed_groups / sampled, "groups_trained": kept_groups, "refill_rounds": rounds}
-    out = {"stats": stats, "nothink": nothink * kept_groups,
-           "texts": [t for c in chunks for t in c["texts"]], "truncated": [t for c in chunks for t in c["truncated"]],
-           "scores": [s for c in chunks for s in c["scores"]], "rows": [r for c in chunks for r in c["rows"]]}
+    flags = {k: [x for c in chunks for x in c[k]] for k in ("texts", "truncated", "scores", "rows", "nothink", "train")}
+    trained = sum(flags["train"])
+    stats |= {"keep_ratio": passed_groups / sampled if "group" in cfg.superior_cot else None,
+              "groups_kept": passed_groups, "groups_sampled": sampled, "groups_cot_tied": tied,
+              "train_share": trained / max(len(flags["train"]), 1), "rollouts_trained": trained,
+              "rollouts_sampled": len(flags["train"]), "refill_rounds": rounds}
+    out = {"stats": stats, **flags}
     if chunks:
         out["seqs"], out["attention"], out["n_prompt"], out["mask"] = _merge(chunks, tokenizer.pad_token_id)
     else:  # nothing kept: an empty batch (the step may still clone the expert)
@@ -637,12 +691,12 @@ def sample_responses(run_dir, n: int = 3, initial: bool = False, seed: int = 0) 
         model, tokenizer = load_policy(saved["paths"]["model"] if initial else checkpoints[-1])
     rows = read_rows(saved["paths"]["test_data"])[:n]
     torch.manual_seed(seed)
-    *_, texts, truncated = generate(model, tokenizer, [_prompt(tokenizer, p, cfg) for p, _ in rows],
-                                    cfg.max_new_tokens, "cpu", contextlib.nullcontext(), sample=True,
-                                    temperature=cfg.temperature, top_p=cfg.top_p)
-    return [{"prompt": p, "response": text, "reward": _score(text, trunc, c, cfg, tokenizer)["reward"],
+    prompts = [_prompt(tokenizer, p, cfg) for p, _ in rows]
+    *_, texts, truncated = generate(model, tokenizer, prompts, cfg.max_new_tokens, "cpu", contextlib.nullcontext(),
+                                    sample=True, temperature=cfg.temperature, top_p=cfg.top_p)
+    return [{"prompt": p, "response": text, "reward": _score(text, trunc, c, cfg, tokenizer, full)["reward"],
              "reasoning_tokens": reasoning_tokens(tokenizer, text)}
-            for (p, c), text, trunc in zip(rows, texts, truncated)]
+            for (p, c), full, text, trunc in zip(rows, prompts, texts, truncated)]
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> Path:
@@ -725,7 +779,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             opt.load_state_dict(torch.load(checkpoints[-1] / "optimizer.pt", map_location=device))
         # RAIF: the labels' reference scores; the expert pairs, tokenized once (a response is a whole assistant turn,
         # its think block included, so the prompt is the CoT one; the prompt is masked out of the loss).
-        references = read_references(paths["train_data"]) if cfg.superior_cot == "reference" else None
+        references = read_references(paths["train_data"]) if "reference" in cfg.superior_cot else None
         experts = []
         if cfg.bc_coef:
             with open(paths["bc_data"], "rb") as f:
@@ -782,7 +836,6 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             got = rollout_groups(policy, reference, tokenizer, train_rows, idx, references, cfg, device, autocast, step)
             batch, scores, texts, truncated = got["rows"], got["scores"], got["texts"], got["truncated"]
             seqs, attention, n_prompt, mask = got["seqs"], got["attention"], got["n_prompt"], got["mask"]
-            N = len(seqs)  # rollouts trained: B * G, fewer when superior-CoT dropped groups it could not replace
 
             # ---- group-relative advantages ----
             rewards = np.array([s["reward"] for s in scores], dtype=float).reshape(len(batch), G)
@@ -797,6 +850,13 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                     [[rtt.criteria_text(c) for c in batch[i // G][1]] for i in range(len(scores))],
                     [s["satisfied"] for s in scores], group_norm(rewards), cfg.rtt_alpha, cfg.rtt_beta, tokenizer,
                     discriminator, np.random.default_rng([cfg.seed, step, 0x277]))
+            # RAIF: only the rollouts superior-CoT lets train carry gradient (no-think ones never do, nor a dropped
+            # group's: superior_cot_mask); their rewards are in the group statistics above, as the authors' are.
+            if not all(got["train"]):
+                keep = torch.tensor([i for i, t in enumerate(got["train"]) if t], dtype=torch.long,
+                                    device=seqs.device)
+                seqs, attention, mask, token_advantages = (t[keep] for t in (seqs, attention, mask, token_advantages))
+            N = len(seqs)  # rollouts trained
 
             # ---- the policy update: ppo_epochs optimizer steps, micro-batched ----
             with torch.no_grad(), autocast:
@@ -866,7 +926,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 row |= {"rtt_seconds": round(rtt_seconds, 3),
                         "token_adv_std": float(np.mean(spread)) if spread else None}
             log(row)
-            bar.set_postfix(reward=f"{row['cot_reward_mean']:.3f}", keep=f"{row['keep_ratio']:.2f}")
+            bar.set_postfix(reward=f"{row['cot_reward_mean']:.3f}", trained=f"{row['train_share']:.2f}")
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 ev = evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=step)
                 log(ev)
