@@ -16,9 +16,11 @@ import math
 import numpy as np
 
 
-def mean_ci(values, level: float = 0.95) -> tuple[float, float, float, int]:
+def mean_ci(values, level: float = 0.95, bounds: tuple[float, float] | None = None) -> tuple[float, float, float, int]:
     """(mean, lo, hi, n): the mean of the finite values and its two-sided Student-t interval,
     mean -/+ t_{(1 + level) / 2, n - 1} * s / sqrt(n), with s the sample standard deviation (ddof = 1).
+    `bounds` (a, b): the range the quantity cannot leave (a rate: (0, 1)); the interval is intersected with it,
+    which loses no coverage since the true mean lies there.
 
     None, NaN and infinite values are dropped; n counts the values kept. With n = 1 no spread can be estimated:
     lo and hi are NaN. With n = 0 the mean is NaN too."""
@@ -35,7 +37,10 @@ def mean_ci(values, level: float = 0.95) -> tuple[float, float, float, int]:
     from scipy.stats import t
 
     half = float(t.ppf((1 + level) / 2, n - 1)) * float(x.std(ddof=1)) / math.sqrt(n)
-    return mean, mean - half, mean + half, n
+    lo, hi = mean - half, mean + half
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return mean, lo, hi, n
 
 
 def paired_diff_ci(a_by_seed, b_by_seed, level: float = 0.95) -> tuple[float, float, float, int]:

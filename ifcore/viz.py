@@ -185,17 +185,20 @@ def seed_table(tables: dict):
                         index=index)
 
 
-def ci_table(tables: dict, level: float = 0.95):
+def ci_table(tables: dict, level: float = 0.95, bounds=None):
     """One row per arm, one column per named by_seed table: "mean [lo, hi]", the t-interval over seeds
-    (stats.mean_ci), or "mean (1 seed)" where no interval exists; the last column counts the seeds."""
+    (stats.mean_ci), or "mean (1 seed)" where no interval exists; the last column counts the seeds. `bounds`: the
+    range each table's quantity cannot leave, intervals kept inside it -- one (a, b) for every table, or a dict
+    from table name to (a, b) (tables it does not name are unbounded)."""
     import pandas as pd
 
-    def cell(values) -> str:
-        mean, lo, hi, n = stats.mean_ci(values, level)
+    def cell(values, name) -> str:
+        limits = bounds.get(name) if isinstance(bounds, dict) else bounds
+        mean, lo, hi, n = stats.mean_ci(values, level, limits)
         return "no data" if n == 0 else f"{mean:.3f} (1 seed)" if n == 1 else f"{mean:.3f} [{lo:.3f}, {hi:.3f}]"
 
     arms = list(next(iter(tables.values())).columns)
-    out = pd.DataFrame({name: [cell(t[a]) for a in arms] for name, t in tables.items()},
+    out = pd.DataFrame({name: [cell(t[a], name) for a in arms] for name, t in tables.items()},
                        index=pd.Index([arm_label(a) for a in arms], name="arm"))
     out["seeds"] = [max(int(t[a].notna().sum()) for t in tables.values()) for a in arms]
     out.columns.name = f"mean [{_pct(level)} t-interval over seeds]"
@@ -306,10 +309,11 @@ def curves(ax, df, metric: str, row_type: str = "eval", arms=None, band: str = "
 
 
 def final_bars(ax, df, metrics: list[str], arms=None, labels=None, counts=None, unit: str = "constraints",
-               level: float = 0.95):
+               level: float = 0.95, bounds: tuple[float, float] | None = None):
     """Each arm's value of each metric at its last evaluation: bars are the mean over seeds, whiskers its
-    t-interval (none where one seed), dots the seeds. `counts[j]`, when given, is the number of held-out `unit`
-    behind metrics[j] (the same for every arm), written under its label."""
+    t-interval (none where one seed; kept inside `bounds`, the range the metrics cannot leave), dots the seeds.
+    `counts[j]`, when given, is the number of held-out `unit` behind metrics[j] (the same for every arm), written
+    under its label."""
     import numpy as np
 
     last = last_eval(df)
@@ -318,7 +322,7 @@ def final_bars(ax, df, metrics: list[str], arms=None, labels=None, counts=None, 
     x = np.arange(len(metrics))
     for i, arm in enumerate(arms):
         sub = last[last["arm"] == arm]
-        mean, lo, hi, _ = np.array([stats.mean_ci(sub[m], level) for m in metrics]).T
+        mean, lo, hi, _ = np.array([stats.mean_ci(sub[m], level, bounds) for m in metrics]).T
         ax.bar(x + i * width, mean, width, color=_colour(arm, i),
                label=f"{arm_label(arm)} ({_seeds(sub['seed'].nunique())})")
         ax.errorbar(x + i * width, mean, yerr=[mean - lo, hi - mean], fmt="none", ecolor="black", elinewidth=1,

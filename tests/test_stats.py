@@ -100,3 +100,10 @@ def test_only_seeds_both_arms_have_count():
 def test_swapping_the_arms_mirrors_the_interval(a, b):
     mean, lo, hi, n = paired_diff_ci(a, b)
     assert paired_diff_ci(b, a) == pytest.approx((-mean, -hi, -lo, n), abs=1e-12, nan_ok=True)
+
+
+def test_an_interval_of_a_rate_stays_in_its_range():
+    mean, lo, hi, n = mean_ci([0.98, 1.0, 0.9])
+    assert hi > 1.0  # the plain t-interval leaves [0, 1]
+    assert mean_ci([0.98, 1.0, 0.9], bounds=(0, 1)) == (mean, lo, 1.0, n)
+    assert mean_ci([0.0, 0.05, 0.01], bounds=(0, 1))[1] == 0.0
