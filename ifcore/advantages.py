@@ -10,6 +10,9 @@ import numpy as np
 
 # Below this a standard deviation is float noise of a constant input, not spread.
 _FLAT = 1e-9
+# How a response's advantage reaches its tokens: GRPO's broadcast, or RTT eq. 7 with the discriminator's relevance
+# (intra- or inter-sample normalized) or one of RTT Table 4's weightings (uniform, random).
+TOKEN_ADVANTAGES = ("broadcast", "rtt", "rtt_inter", "uniform", "random")
 
 
 def _as_array(x, dtype=float) -> np.ndarray:
@@ -102,14 +105,30 @@ def superior_cot_mask(accuracy, nothink, sample_ok=None, group: bool = True):
     return keep, train
 
 
+def ablation_relevance(weighting: str, lengths, constraints: int, rng=None) -> list[np.ndarray]:
+    """RTT Table 4's token weightings that need no discriminator: "uniform" (p = 1 on every token, "equivalent to
+    RL-AON": its intra-sample A_tok is 0) and "random" (p ~ U[0, 1] per token and constraint, drawn from the numpy
+    Generator `rng`). One [T_i, C] array per response of lengths T_i."""
+    if weighting == "uniform":
+        return [np.ones((int(t), constraints)) for t in lengths]
+    if weighting == "random":
+        if rng is None:
+            raise ValueError("ablation_relevance: 'random' needs an rng")
+        return [rng.random((int(t), constraints)) for t in lengths]
+    raise ValueError(f"ablation_relevance: weighting must be 'uniform' or 'random', got {weighting!r}")
+
+
 def token_rtt(relevance, satisfied, response_adv, alpha: float = 1.0, beta: float = 0.5, mode: str = "intra"):
-    """RTT-GRPO token advantages (RTT sections 4.2.1-4.2.2, eq. 7; the inter-sample ablation of section 3.2).
+    """RTT-GRPO token advantages of one group (RTT sections 4.2.1-4.2.2, eq. 7; the inter-sample ablation of
+    section 3.2 and app. D). The authors' code: `roll/utils/functionals.py:698-727` (intra, "token_only_adv-
+    rubrics_mean"), :669-694 (inter, "group_token_adv-rubrics_mean"), :1006-1007 (A + w A_tok, "add").
 
     relevance: G arrays [T_i, C] of discriminator probabilities p; satisfied: [G, C]; response_adv: [G].
     Token reward r = Score * p with Score = 2 (I - 0.5). mode "intra" standardizes r per response and
     constraint over its T_i tokens; "inter" per constraint over all tokens of the group. The standard
-    deviation is the population one and a constant column gives 0. A_tok is the mean over constraints;
-    the result, one [T_i] array per response, is alpha * A_res + beta * A_tok.
+    deviation is the population one (as the authors' masked std, :716) and a constant column gives 0 (where
+    theirs divides by std + 1e-6). A_tok is the mean over constraints; the result, one [T_i] array per response,
+    is alpha * A_res + beta * A_tok.
     """
     if mode not in ("intra", "inter"):
         raise ValueError(f"token_rtt: mode must be 'intra' or 'inter', got {mode!r}")
@@ -134,4 +153,24 @@ def token_rtt(relevance, satisfied, response_adv, alpha: float = 1.0, beta: floa
         z = np.where(sd > _FLAT, (x - mu) / np.where(sd > _FLAT, sd, 1.0), 0.0)
         a_tok = z.mean(axis=1) if z.shape[1] else np.zeros(len(z))
         out.append(alpha * a + beta * a_tok)
+    return out
+
+
+def token_rtt_groups(relevance, satisfied, response_adv, alpha: float = 1.0, beta: float = 0.5,
+                     mode: str = "intra") -> list[np.ndarray]:
+    """token_rtt over B groups at once: relevance and satisfied list the B * G responses in group order (rows
+    g*G .. g*G + G - 1 answer prompt g), response_adv is [B, G]. Each group is normalized on its own list of
+    [T_i, C] arrays, never by reshaping a [G, C, T] tensor: the authors' `functionals.py:707` reshapes it to
+    [C, G, T] instead of permuting it, which mixes other responses' rows into a response's advantage. Returns
+    one [T_i] array per response, in order. The embedded trainer and the OpenRLHF plug-in both call this."""
+    adv = _as_array(response_adv)
+    if adv.ndim != 2 or adv.shape[0] * adv.shape[1] != len(relevance) or len(satisfied) != len(relevance):
+        raise ValueError(f"token_rtt_groups: response_adv must be [B, G] with B * G = {len(relevance)} responses "
+                         f"(relevance) = {len(satisfied)} (satisfied), got shape {adv.shape}")
+    size = adv.shape[1]
+    out = []
+    for g in range(adv.shape[0]):
+        rows = range(g * size, (g + 1) * size)
+        out += token_rtt([relevance[i] for i in rows], [list(satisfied[i]) for i in rows], adv[g], alpha=alpha,
+                         beta=beta, mode=mode)
     return out

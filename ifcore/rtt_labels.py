@@ -6,24 +6,39 @@ when it is not) and LOCAL negative (something must be absent: the spans that vio
 violated, nothing when it is satisfied). Here the class comes from the schema, and the spans from
 `Verdict.evidence` and `Verdict.records`, so no LLM is asked.
 
+Two label sets (`LABELS`), chosen by name wherever labels are made (`DiscConfig.labels`, the plug-ins'
+IFCORE_RTT_LABELS):
+
+- "paper" (the default): RTT app. C.3 as its annotation prompt (C.4) words it. GLOBAL ("word count limit,
+  paragraph count limit, ... count, frequency, or numeric threshold") marks every answer token relevant
+  ("all_relevant"), whatever the scope, so under intra-sample normalization a GLOBAL constraint has a constant
+  token reward and contributes exactly 0 to A_tok (section 4.2.2: normalization "naturally neutraliz[es] ...
+  uniformly relevant" tokens). LOCAL is presence ("a specific phrase must appear", "should start with Y":
+  positive) and absence ("do not use X", "must not include Y": negative). The authors' code ships no
+  annotator (their discriminator reads LLM labels), so the prompt's wording is the rule: "at most k X" (k >= 1) and
+  "at least k X" (k >= 2) are numeric thresholds, GLOBAL; "at least one X" is presence, LOCAL positive.
+- "scoped" (this workspace's earlier variant, off by default): GLOBAL marks only the segments the scope selects
+  (the first paragraph for "the first paragraph has at most 20 words"), "at most k X" is LOCAL negative (the
+  excess is what violates it) and "at least k X" LOCAL positive, so scoped GLOBAL and counted constraints move
+  token advantages where the paper's labels would not.
+
 The rule table (`taxonomy`, first match wins; "locatable" targets are the ones whose measurement points at
 pieces of text: occurrence and class counts, counts of blocks, elements and sections, counts with a `where`
-condition, and `matches`):
+condition, and `matches`; lo..hi are the integer bounds as the verifier reads them):
 
-| target | range (integer bounds lo..hi as the verifier reads them) | class |
-| --- | --- | --- |
-| `has` (Checklist / Presence) | any | LOCAL positive |
-| `starts_with`, `ends_with`, `wrapped` (Pattern / Boundary) | any | LOCAL positive |
-| any count or `matches` | hi <= 0 ("no X", ScopeIF's Prohibition) | LOCAL negative |
-| locatable | lo >= 1, no hi ("include X", "at least k X") | LOCAL positive |
-| locatable | hi >= 1, lo absent or 0 ("at most k X") | LOCAL negative |
-| locatable | lo >= 1 and hi (exactly k, between a and b: a frequency) | GLOBAL |
-| any other target (unit counts, depth, valid, sorted, chain, acrostic, distinct, pairs, satisfies) | any | GLOBAL |
-| any | a bound that refers to another measurement or to "previous" | GLOBAL |
+| target | range | paper | scoped |
+| --- | --- | --- | --- |
+| `has` (Checklist / Presence) | any | LOCAL positive | LOCAL positive |
+| `starts_with`, `ends_with`, `wrapped` (Pattern / Boundary) | any | LOCAL positive | LOCAL positive |
+| any count or `matches` | hi <= 0 ("no X", ScopeIF's Prohibition) | LOCAL negative | LOCAL negative |
+| locatable | lo = 1, no hi ("include X") | LOCAL positive | LOCAL positive |
+| locatable | lo >= 2, no hi ("at least k X") | GLOBAL | LOCAL positive |
+| locatable | hi >= 1, lo absent or 0 ("at most k X") | GLOBAL | LOCAL negative |
+| locatable | lo >= 1 and hi (exactly k, between a and b: a frequency) | GLOBAL | GLOBAL |
+| any other target (unit counts, depth, valid, sorted, chain, acrostic, distinct, pairs, satisfies) | any | GLOBAL | GLOBAL |
+| any | a bound that refers to another measurement or to "previous" | GLOBAL | GLOBAL |
 
-GLOBAL marks every token of the segments the scope selects: the whole answer for a Global scope (the paper's
-"all_relevant"), the selected paragraph for "the first paragraph has at most 20 words", and so on; the think
-block is never relevant. Pure Python; the core imports no torch.
+The think block is never relevant. Pure Python; the core imports no torch.
 
 For a constraint the schema does not express, RTT's own LLM annotator is here too: `annotation_prompt` (its full
 annotation prompt, app. C.4) and `parse_annotation` (its JSON answer to character spans); the call through a model
@@ -33,6 +48,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 
 from ifcore.schema import Constraint
@@ -40,6 +56,27 @@ from ifcore.text import Span
 
 GLOBAL, LOCAL_POSITIVE, LOCAL_NEGATIVE = "global", "local_positive", "local_negative"
 CLASSES = (GLOBAL, LOCAL_POSITIVE, LOCAL_NEGATIVE)
+LABELS = ("paper", "scoped")  # RTT app. C.3 as written (the default), and the scope-restricted variant
+
+
+def criteria_text(c: Constraint) -> str:
+    """The constraint as the discriminator reads it (RTT app. C.1's "Criteria: {c}"): its wording, or its schema
+    JSON when it has none. The trainer, the data builder and the OpenRLHF plug-ins all read it from here."""
+    return c.text or json.dumps({k: v for k, v in c.to_dict().items() if k not in ("id", "category")})
+
+
+def template(criteria: str) -> str:
+    """A constraint text's template family: quoted literals, numbers and number words masked ("at most 2
+    occurrences of the word \"bright\"" and "at most 3 occurrences of the word \"warm\"" are one family). The
+    discriminator's held-out-by-template split (ifcore.train.rtt.build_pairs) keeps whole families out of
+    training."""
+    t = re.sub(r'"[^"]*"|\u201c[^\u201d]*\u201d', '"#"', criteria)  # not single quotes: apostrophes
+    t = re.sub(r"\d+(\.\d+)?", "#", t)
+    return re.sub(_NUMBER_WORDS, "#", t.casefold())
+
+
+_NUMBER_WORDS = (r"\b(zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|once|twice|thrice|"
+                 r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth)\b")
 
 
 def _int_bounds(r: dict) -> tuple[float | None, float | None] | None:
@@ -58,8 +95,11 @@ def _int_bounds(r: dict) -> tuple[float | None, float | None] | None:
     return lo, hi
 
 
-def taxonomy(constraint: Constraint | dict) -> str:
-    """GLOBAL, LOCAL_POSITIVE or LOCAL_NEGATIVE by the rule table of this module's docstring (RTT app. C.3)."""
+def taxonomy(constraint: Constraint | dict, labels: str = "paper") -> str:
+    """GLOBAL, LOCAL_POSITIVE or LOCAL_NEGATIVE by the rule table of this module's docstring (RTT app. C.3);
+    `labels` "paper" (the default) or "scoped"."""
+    if labels not in LABELS:
+        raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
     c = constraint if isinstance(constraint, Constraint) else Constraint.from_dict(constraint)
     t = c.target
     if "has" in t or any(k in t for k in ("starts_with", "ends_with", "wrapped")):
@@ -75,19 +115,22 @@ def taxonomy(constraint: Constraint | dict) -> str:
     locatable = "matches" in t or "where" in t or t["count"] in ("occurrence", "class", "block", "element", "section")
     if not locatable:
         return GLOBAL
+    if labels == "paper":  # C.4: presence is LOCAL, any other count or threshold GLOBAL
+        return LOCAL_POSITIVE if hi is None and lo == 1 else GLOBAL
     if hi is None:
         return LOCAL_POSITIVE if lo is not None and lo >= 1 else GLOBAL
     return LOCAL_NEGATIVE if lo is None or lo <= 0 else GLOBAL
 
 
-def relevant_spans(constraint: Constraint | dict, verdict) -> list[Span]:
+def relevant_spans(constraint: Constraint | dict, verdict, answer: Span, labels: str = "paper") -> list[Span]:
     """The character spans relevant to the constraint in the verified response (RTT app. C.3), sorted and
-    disjoint: GLOBAL, the segments its scope selected (verdict.records); LOCAL positive, the evidence when
-    satisfied and nothing otherwise; LOCAL negative, the violating evidence when violated and nothing otherwise.
-    `verdict` is ifcore.verify.verify's for this constraint; its spans index the response string."""
-    kind = taxonomy(constraint)
+    disjoint: GLOBAL, all of `answer` under the paper's labels ("all_relevant") or the segments its scope selected
+    (verdict.records) under "scoped"; LOCAL positive, the evidence when satisfied and nothing otherwise; LOCAL
+    negative, the violating evidence when violated and nothing otherwise. `verdict` is ifcore.verify.verify's for
+    this constraint and `answer` the (start, end) of the answer after the think block, both indexing one string."""
+    kind = taxonomy(constraint, labels)
     if kind == GLOBAL:
-        return merge([r.span for r in verdict.records])
+        return merge([answer] if labels == "paper" else [r.span for r in verdict.records])
     if (kind == LOCAL_POSITIVE) == bool(verdict.satisfied):
         return merge(verdict.evidence)
     return []
@@ -154,9 +197,38 @@ Each text segment should be a continuous, complete sentence or phrase.
 Output only JSON format, without any markdown code block markers or other text. Ensure the JSON format is correct and can be directly parsed."""
 
 
-def annotation_prompt(criteria: str, response: str) -> str:
-    """RTT's annotation prompt (app. C.4) for one (constraint text, response) pair."""
-    return ANNOTATION_PROMPT.format(criteria=criteria, response=response)
+# RTT app. C.4, "Greedy baseline prompt" (Table 4's Greedy row: span extraction without the taxonomy), verbatim but
+# for its typographic quotes.
+GREEDY_PROMPT = """You are a professional text analysis assistant. Your task is to extract text segments from the Response that are relevant to the given Criteria.
+
+Criteria: {criteria}
+
+Response: {response}
+
+Please carefully analyze the Response and extract the text segments that address or relate to the Criteria. Even if the entire response seems broadly related, you should identify and extract the MOST RELEVANT and SPECIFIC segments that directly match the Criteria.
+Key Principles:
+Just extract the most relevant segments instead of the entire response.
+Focus on segments that specifically address the Criteria, not general context or background information.
+Be precise: exclude indirect references, examples that don't directly relate, or supporting information that doesn't directly address the Criteria.
+If no segments are directly relevant, indicate that the response is "all_irrelevant"
+If you are sure that all contents are relevant, indicate that the response is "all_relevant"
+Please strictly follow the JSON format below and do not add any other text:
+1. If the entire response is relevant to the Criteria, output: {{"type": "all_relevant"}}
+2. If the entire response is irrelevant to the Criteria, output: {{"type": "all_irrelevant"}}
+3. If partially relevant, output: {{"type": "partial_relevant", "relevant_texts": ["relevant text segment 1", "relevant text segment 2", ...]}}
+Important Notes:
+The text segments in relevant_texts must be exact original text from the Response (exact match, including punctuation and spaces).
+Each text segment should be a continuous, complete sentence or phrase.
+Output only JSON format, without any markdown code block markers or other text. Ensure the JSON format is correct and can be directly parsed."""
+PROMPTS = {"full": ANNOTATION_PROMPT, "greedy": GREEDY_PROMPT}
+
+
+def annotation_prompt(criteria: str, response: str, prompt: str = "full") -> str:
+    """RTT's annotation prompt (app. C.4) for one (constraint text, response) pair: "full" (the taxonomy) or
+    "greedy" (Table 4's Greedy annotator); both answer in the JSON forms parse_annotation reads."""
+    if prompt not in PROMPTS:
+        raise ValueError(f"prompt must be one of {tuple(PROMPTS)}, got {prompt!r}")
+    return PROMPTS[prompt].format(criteria=criteria, response=response)
 
 
 def parse_annotation(answer: str, response: str) -> dict:

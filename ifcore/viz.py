@@ -205,23 +205,26 @@ def ci_table(tables: dict, level: float = 0.95, bounds=None):
     return out
 
 
-def decide(comparisons, level: float = 0.95) -> list[str]:
+def decide(comparisons, level: float = 0.95, unit: str = "seeds") -> list[str]:
     """One sentence per comparison (what, a_by_seed, b_by_seed) on `what` = a - b, paired by seed
     (stats.paired_t), the list being one family: a sign is decided (positive, negative) only where the p-value of
     the paired t-test, Holm-adjusted over the family (stats.holm), is below 1 - level, which bounds the chance of
     any false sign among them by 1 - level. The interval shown is each comparison's own (unadjusted) t-interval; a
-    single seed gives none and decides nothing."""
+    single seed gives none and decides nothing. `unit` names what the values are paired over when it is not seeds
+    (notebook 04 pairs its discriminator's metrics over held-out instructions)."""
+    one = unit[:-1] if unit.endswith("s") else unit  # "seed", "held-out instruction"
     tests = [stats.paired_t(a, b, level) for _, a, b in comparisons]
     adjusted = stats.holm([t[4] for t in tests])
     m = sum(1 for p in adjusted if p == p)
     lines = []
     for (what, _, _), (mean, lo, hi, n, p), q in zip(comparisons, tests, adjusted):
         if n == 0:
-            lines.append(f"{what}: no seed has both values, nothing to compare.")
+            lines.append(f"{what}: no {one} has both values, nothing to compare.")
         elif n == 1:
-            lines.append(f"{what} = {mean:+.3f} from one seed: no spread can be estimated, so its sign is not decided.")
+            lines.append(f"{what} = {mean:+.3f} from one {one}: no spread can be estimated, so its sign is not "
+                         "decided.")
         else:
-            head = (f"{what} = {mean:+.3f} ({_pct(level)} CI {lo:+.3f} to {hi:+.3f}, paired over {n} seeds; "
+            head = (f"{what} = {mean:+.3f} ({_pct(level)} CI {lo:+.3f} to {hi:+.3f}, paired over {n} {unit}; "
                     f"p = {p:.3g}" + (f", Holm-adjusted over {m} comparisons: {q:.3g})" if m > 1 else ")"))
             if q < 1 - level:
                 lines.append(f"{head}: {'positive' if mean > 0 else 'negative'}.")
@@ -229,7 +232,7 @@ def decide(comparisons, level: float = 0.95) -> list[str]:
                 lines.append(f"{head}: its own interval excludes 0, but not after correcting for the {m} "
                              "comparisons, so its sign is not decided.")
             else:
-                lines.append(f"{head}: the interval includes 0, so these seeds cannot decide its sign.")
+                lines.append(f"{head}: the interval includes 0, so these {unit} cannot decide its sign.")
     return lines
 
 
@@ -368,42 +371,61 @@ def distributions(ax, rollouts, arms=None, xlabel: str = "reward"):
 
 # ---- RTT token relevance (notebook 04) ------------------------------------------------------------------------------
 
-def token_heatmap_html(pieces: list[str], scores, labels=None, title: str = "") -> str:
-    """A response's tokens shaded by relevance, darker = more relevant (the analog of RTT Table 6). `pieces` are the
-    tokens' texts, `scores` their relevance in [0, 1]; `labels` (0/1), when given, underline the tokens that the
-    verifier marks relevant. Hovering a token shows its score."""
+# Relevance is shaded on a log scale from P_FLOOR to 1: a discriminator's p on the few relevant tokens of a LOCAL
+# constraint is often 0.05 against 0.001 elsewhere, an order that intra-sample normalization uses in full but that a
+# linear 0-1 scale paints white on white.
+P_FLOOR = 1e-3
+
+
+def relevance_shade(p) -> float:
+    """p in [0, 1] as a shade in [0, 1] on the log scale from P_FLOOR (0) to 1 (1)."""
+    import math
+
+    return (math.log10(min(max(float(p), P_FLOOR), 1.0)) - math.log10(P_FLOOR)) / -math.log10(P_FLOOR)
+
+
+def token_heatmap_html(pieces: list[str], scores, labels=None, title: str = "", caption: str = "") -> str:
+    """A response's tokens shaded by relevance, darker = more relevant on a log scale (`relevance_shade`; the
+    analog of RTT Table 6). `pieces` are the tokens' texts, `scores` their relevance in [0, 1]; `labels` (0/1),
+    when given, mark the tokens that the verifier finds relevant with a thick orange underline and frame, visible
+    however pale the shade; `caption` (what the example shows, e.g. success or failure) goes under the title.
+    Hovering a token shows its score."""
     labels = [0] * len(pieces) if labels is None else labels
     out = []
     for piece, p, y in zip(pieces, scores, labels):
-        p = min(max(float(p), 0.0), 1.0)
-        line = "border-bottom:2px solid #D55E00;" if y else ""
-        out.append(f'<span style="background:rgba(0,114,178,{p:.2f});{line}color:{"white" if p > 0.6 else "black"}" '
-                   f'title="p = {p:.3f}">{html.escape(piece)}</span>')
+        shade = relevance_shade(p)
+        line = "border-bottom:3px solid #D55E00;outline:1px solid #D55E00;" if y else ""
+        out.append(f'<span style="background:rgba(0,114,178,{shade:.2f});{line}color:'
+                   f'{"white" if shade > 0.6 else "black"}" title="p = {float(p):.4f}">{html.escape(piece)}</span>')
     head = f'<div style="font-size:90%;margin-top:6px"><b>{html.escape(title)}</b></div>' if title else ""
-    key = ('<div style="font-size:80%">shade: discriminator relevance p (white 0 to dark blue 1); '
-           + ('underlined: relevant by the verifier\'s labels' if any(labels) else 'no token relevant by the labels')
-           + "</div>")
+    head += f'<div style="font-size:85%">{html.escape(caption)}</div>' if caption else ""
+    key = (f'<div style="font-size:80%">shade: discriminator relevance p, log scale (white p <= {P_FLOOR:g}, '
+           'mid-blue 0.03, dark blue 1); '
+           + ('framed and underlined in orange: relevant by the verifier\'s labels' if any(labels)
+              else 'no token relevant by the labels') + "</div>")
     return (f'{head}{key}<pre style="white-space:pre-wrap;font-family:inherit;line-height:1.7">{"".join(out)}'
             "</pre>")
 
 
 def relevance_matrix(ax, pieces: list[str], rows: list[str], matrix, labels=None):
-    """Constraints x tokens: one row of relevance per constraint (darker = more relevant), the tokens as column
-    labels; `labels`, a matrix of the same shape, outlines the cells the verifier marks relevant."""
+    """Constraints x tokens: one row of relevance per constraint (darker = more relevant, log colour scale from
+    P_FLOOR to 1 so that small but raised p stay visible); `labels`, a matrix of the same shape, frames the cells
+    the verifier marks relevant in thick orange."""
     import numpy as np
+    from matplotlib.colors import LogNorm
     from matplotlib.patches import Rectangle
 
-    m = np.asarray(matrix, dtype=float)
-    image = ax.imshow(m, aspect="auto", cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
+    m = np.clip(np.asarray(matrix, dtype=float), P_FLOOR, 1.0)
+    image = ax.imshow(m, aspect="auto", cmap="Blues", norm=LogNorm(vmin=P_FLOOR, vmax=1.0), interpolation="nearest")
     if labels is not None:
         for r, c in zip(*np.nonzero(np.asarray(labels))):
-            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor="#D55E00", linewidth=1))
+            ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#D55E00", linewidth=2.5))
     ax.set_xticks(range(len(pieces)), [repr(p)[1:-1] for p in pieces], rotation=90, fontsize=7, family="monospace")
     # A long constraint is clipped before its " [verdict class]" suffix, which the reader needs to see.
     ax.set_yticks(range(len(rows)), [_clip(head, 55) + sep + tag if sep else _clip(r, 70)
                                      for r in rows for head, sep, tag in [r.rpartition(" [")]], fontsize=8)
     ax.set_xlabel("response token")
-    ax.figure.colorbar(image, ax=ax, label="relevance p", fraction=0.03, pad=0.01)
+    ax.figure.colorbar(image, ax=ax, label="relevance p (log scale)", fraction=0.03, pad=0.01)
 
 
 # ---- notebook 02: RAIF's ablation (GRPO with its reward, + superior-CoT enforcement, + behaviour cloning) ----------

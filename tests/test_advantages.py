@@ -195,3 +195,68 @@ def test_violated_constraint_lowers_its_relevant_tokens(p, others, mode_inter, d
         hi, lo = int(np.argmax(p)), int(np.argmin(p))
         assert bad[hi] < bad[lo] and good[hi] > good[lo]
     assert np.all(np.diff(bad[order]) <= 1e-12) and np.all(np.diff(good[order]) >= -1e-12)
+
+
+def _ifcore_imports(module: str) -> set[str]:
+    """The dotted names of ifcore that `module`'s source imports anywhere (lazy, function-level imports included):
+    each imported module, and module.name for each `from module import name`."""
+    import ast
+    import importlib.util
+
+    tree = ast.parse(open(importlib.util.find_spec(module).origin, encoding="utf-8").read())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in out if n.split(".")[0] == "ifcore"}
+
+
+def _is_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a function's name under a module
+        return False
+
+
+def test_no_import_circle_between_the_trainer_and_rtt():
+    """The architecture's never: train/grpo imports train/rtt (the discriminator) and nothing reachable from
+    train/rtt imports train/grpo (the shared pieces live below both: ifcore.advantages, train/model.py)."""
+    seen, todo = set(), ["ifcore.train.rtt"]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += sorted(n for n in _ifcore_imports(m) if _is_module(n))
+    assert "ifcore.train.rtt" in _ifcore_imports("ifcore.train.grpo")
+    assert "ifcore.train.grpo" not in seen, sorted(seen)
+    # the token-advantage step is one function both callers use
+    for caller in ("ifcore.train.rtt", "ifcore.integrations.openrlhf_plugins"):
+        assert "ifcore.advantages.token_rtt_groups" in _ifcore_imports(caller)
+
+
+def test_token_rtt_groups_normalizes_each_group_on_its_own():
+    from ifcore.advantages import ablation_relevance, token_rtt_groups
+
+    rng = np.random.default_rng(0)
+    rel = [rng.random((t, 2)) for t in (3, 5, 2, 4)]
+    sat = [[True, False], [False, False], [True, True], [False, True]]
+    adv = [[0.5, -0.5], [1.0, -1.0]]
+    out = token_rtt_groups(rel, sat, adv, beta=0.5)
+    want = token_rtt(rel[:2], sat[:2], adv[0]) + token_rtt(rel[2:], sat[2:], adv[1])
+    for a, b in zip(out, want):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=r"must be \[B, G\]"):
+        token_rtt_groups(rel, sat, [0.5, -0.5, 1.0, -1.0])
+    # RTT Table 4: uniform is p = 1 (A_tok = 0 within a response), random a draw of the given stream
+    uniform = ablation_relevance("uniform", [3, 5, 2, 4], 2)
+    for a, r in zip(token_rtt_groups(uniform, sat, adv), [0.5, -0.5, 1.0, -1.0]):
+        assert (a == r).all()
+    draws = ablation_relevance("random", [3, 1], 2, np.random.default_rng(4))
+    expect = np.random.default_rng(4).random(8)
+    np.testing.assert_array_equal(np.concatenate([d.ravel() for d in draws]), expect)
+    with pytest.raises(ValueError, match="needs an rng"):
+        ablation_relevance("random", [3], 1)

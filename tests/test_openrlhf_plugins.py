@@ -21,7 +21,7 @@ from ifcore.advantages import group_norm, token_rtt
 from ifcore.rewards import raif
 
 REPO = Path(__file__).resolve().parents[1]
-PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED",
+PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED", "IFCORE_RTT_LABELS",
               "IFCORE_RTT_DISCRIMINATOR", "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX", "IFCORE_RAIF_FILTER",
               "IFCORE_RAIF_TEST", "IFCORE_RAIF_REFILL", "IFCORE_RAIF_NOTHINK_ACCURACY",
               "IFCORE_BC_COEF", "IFCORE_BC_DATA", "IFCORE_BC_BATCH")
@@ -279,9 +279,11 @@ def test_verifier_relevance_marks_the_evidence(openrlhf_module):
     heron = answer.index("heron")
     # word count (GLOBAL): every token of the answer; "no river in paragraph 1" (LOCAL negative, violated): the
     # violating occurrence, not the one in paragraph 2; "include heron" (LOCAL positive, satisfied): its occurrence
-    assert p[:, 0].sum() >= len(answer) - 2
+    assert (p[:, 0] == 1).all()  # the paper's labels: all_relevant, so its intra-sample A_tok is 0
     assert np.flatnonzero(p[:, 1]).tolist() == list(range(first_river, first_river + 5))
     assert np.flatnonzero(p[:, 2]).tolist() == list(range(heron, heron + 5))
+    _, scoped, _ = plugins.response_relevance(TOK, ids, LABEL, opts(), labels="scoped")  # IFCORE_RTT_LABELS=scoped
+    assert np.array_equal(scoped[:, 1:], p[:, 1:]) and len(answer) - 2 <= scoped[:, 0].sum() <= len(answer)
     # cut at the length limit (no end-of-turn token): gated, nothing verified, no relevance
     scored, p, satisfied = plugins.response_relevance(TOK, ids[:-1], LABEL, opts())
     assert satisfied == [False] * 3 and not p.any()
@@ -342,6 +344,7 @@ def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, mon
     assert plugins._relevance_fn("random")([""], [[1, 2, 3]])[0].tolist() == rng.random(3).tolist()
     assert any(not torch.equal(a.advantages, b.advantages) for a, b in zip(draws[0], plain))
     for var, value, message in [("IFCORE_RTT_SEED", "-1", "IFCORE_RTT_SEED must be a non-negative integer"),
+                                ("IFCORE_RTT_LABELS", "global", "IFCORE_RTT_LABELS must be one of paper, scoped"),
                                 ("IFCORE_RTT_RELEVANCE", "uniformly", "IFCORE_RTT_RELEVANCE must be 'verifier', "),
                                 ("IFCORE_RTT_MODE", "intra-sample", "IFCORE_RTT_MODE must be 'intra' or 'inter'")]:
         with monkeypatch.context() as m:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,8 @@ from hypothesis import strategies as st
 from helpers import train_killed_at_step
 
 from ifcore import synth
-from ifcore.rtt_labels import GLOBAL, LOCAL_NEGATIVE, LOCAL_POSITIVE, relevant_spans, taxonomy, token_labels
+from ifcore.rtt_labels import (GLOBAL, LOCAL_NEGATIVE, LOCAL_POSITIVE, relevant_spans, taxonomy, template,
+                               token_labels)
 from ifcore.schema import Constraint
 from ifcore.text import reasoning_end
 from ifcore.verify import verify, verify_all
@@ -55,69 +57,81 @@ def _c(target, range_, scope=None):
 
 
 FIRST_PARAGRAPH = [{"unit": "paragraph", "select": "at", "index": 0}]
+# (target, range, scope, class under the paper's labels, class under "scoped")
 CASES = [
     # Checklist / Presence and Pattern / Boundary: something must be there
-    ({"has": ["river", "stone"]}, {"eq": 2}, None, LOCAL_POSITIVE),
-    ({"starts_with": "The"}, {"eq": 1}, None, LOCAL_POSITIVE),
-    ({"ends_with": "."}, {"eq": 1}, [{"unit": "sentence", "select": "each"}], LOCAL_POSITIVE),
-    ({"wrapped": ["(", ")"]}, {"eq": 1}, None, LOCAL_POSITIVE),
+    ({"has": ["river", "stone"]}, {"eq": 2}, None, LOCAL_POSITIVE, LOCAL_POSITIVE),
+    ({"starts_with": "The"}, {"eq": 1}, None, LOCAL_POSITIVE, LOCAL_POSITIVE),
+    ({"ends_with": "."}, {"eq": 1}, [{"unit": "sentence", "select": "each"}], LOCAL_POSITIVE, LOCAL_POSITIVE),
+    ({"wrapped": ["(", ")"]}, {"eq": 1}, None, LOCAL_POSITIVE, LOCAL_POSITIVE),
     # Prohibition: any count whose range admits only 0
-    ({"count": "occurrence", "of": "river"}, {"eq": 0}, None, LOCAL_NEGATIVE),
-    ({"count": "class", "of": "digit"}, {"max": 0}, FIRST_PARAGRAPH, LOCAL_NEGATIVE),
-    ({"matches": "!"}, {"lt": 1}, None, LOCAL_NEGATIVE),
-    ({"count": "block", "kind": "list"}, {"eq": 0}, None, LOCAL_NEGATIVE),
-    # locatable counts: a lower bound only asks for presence, an upper bound only forbids excess
-    ({"count": "occurrence", "of": "river"}, {"min": 2}, None, LOCAL_POSITIVE),
-    ({"count": "occurrence", "any_of": ["a", "b"]}, {"gt": 0}, None, LOCAL_POSITIVE),
-    ({"count": "element", "kind": "heading"}, {"ge": 1}, None, LOCAL_POSITIVE),
-    ({"count": "class", "of": "uppercase_word"}, {"max": 3}, None, LOCAL_NEGATIVE),
-    ({"count": "occurrence", "of": "river"}, {"min": 0, "max": 2}, None, LOCAL_NEGATIVE),
+    ({"count": "occurrence", "of": "river"}, {"eq": 0}, None, LOCAL_NEGATIVE, LOCAL_NEGATIVE),
+    ({"count": "class", "of": "digit"}, {"max": 0}, FIRST_PARAGRAPH, LOCAL_NEGATIVE, LOCAL_NEGATIVE),
+    ({"matches": "!"}, {"lt": 1}, None, LOCAL_NEGATIVE, LOCAL_NEGATIVE),
+    ({"count": "block", "kind": "list"}, {"eq": 0}, None, LOCAL_NEGATIVE, LOCAL_NEGATIVE),
+    # presence ("include X", at least one) is LOCAL positive under both
+    ({"count": "occurrence", "any_of": ["a", "b"]}, {"gt": 0}, None, LOCAL_POSITIVE, LOCAL_POSITIVE),
+    ({"count": "element", "kind": "heading"}, {"ge": 1}, None, LOCAL_POSITIVE, LOCAL_POSITIVE),
+    # numeric thresholds: GLOBAL in the paper's prompt (C.4: "count, frequency, or numeric threshold"); the scoped
+    # variant reads "at least k" as presence and "at most k" as the excess that violates it
+    ({"count": "occurrence", "of": "river"}, {"min": 2}, None, GLOBAL, LOCAL_POSITIVE),
+    ({"count": "class", "of": "uppercase_word"}, {"max": 3}, None, GLOBAL, LOCAL_NEGATIVE),
+    ({"count": "occurrence", "of": "river"}, {"min": 0, "max": 2}, None, GLOBAL, LOCAL_NEGATIVE),
     # both bounds: a frequency, judged on the whole
-    ({"count": "occurrence", "of": "river"}, {"eq": 2}, None, GLOBAL),
-    ({"count": "class", "of": "digit"}, {"min": 1, "max": 4}, None, GLOBAL),
+    ({"count": "occurrence", "of": "river"}, {"eq": 2}, None, GLOBAL, GLOBAL),
+    ({"count": "class", "of": "digit"}, {"min": 1, "max": 4}, None, GLOBAL, GLOBAL),
     # unit counts, structure and relations: the response (or the scope's segments) as a whole
-    ({"count": "word"}, {"max": 50}, None, GLOBAL),
-    ({"count": "word"}, {"min": 5}, FIRST_PARAGRAPH, GLOBAL),
-    ({"count": "sentence"}, {"eq": 3}, None, GLOBAL),
-    ({"sorted": "alphabetical", "unit": "sentence"}, {"eq": 0}, None, GLOBAL),  # an ordering: the list as a whole
-    ({"chain": "last_first", "unit": "sentence"}, {"min": 1}, None, GLOBAL),
-    ({"valid": "json"}, {"eq": 1}, None, GLOBAL),
-    ({"count": "occurrence", "of": "river"}, {"gt": {"target": {"count": "occurrence", "of": "stone"}}}, None, GLOBAL),
-    ({"count": "word"}, {"gt": "previous"}, [{"unit": "paragraph", "select": "each"}], GLOBAL),
+    ({"count": "word"}, {"max": 50}, None, GLOBAL, GLOBAL),
+    ({"count": "word"}, {"min": 5}, FIRST_PARAGRAPH, GLOBAL, GLOBAL),
+    ({"count": "sentence"}, {"eq": 3}, None, GLOBAL, GLOBAL),
+    ({"sorted": "alphabetical", "unit": "sentence"}, {"eq": 0}, None, GLOBAL, GLOBAL),  # an ordering: as a whole
+    ({"chain": "last_first", "unit": "sentence"}, {"min": 1}, None, GLOBAL, GLOBAL),
+    ({"valid": "json"}, {"eq": 1}, None, GLOBAL, GLOBAL),
+    ({"count": "occurrence", "of": "river"}, {"gt": {"target": {"count": "occurrence", "of": "stone"}}}, None,
+     GLOBAL, GLOBAL),
+    ({"count": "word"}, {"gt": "previous"}, [{"unit": "paragraph", "select": "each"}], GLOBAL, GLOBAL),
 ]
 
 
-@pytest.mark.parametrize("target, range_, scope, expected", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_taxonomy_rule_table(target, range_, scope, expected):
-    assert taxonomy(_c(target, range_, scope)) == expected
-    assert taxonomy(_c(target, range_, scope).to_dict()) == expected  # dicts are read the same
+@pytest.mark.parametrize("target, range_, scope, paper, scoped", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_taxonomy_rule_table(target, range_, scope, paper, scoped):
+    assert taxonomy(_c(target, range_, scope)) == paper  # the paper's labels are the default
+    assert taxonomy(_c(target, range_, scope).to_dict(), "paper") == paper  # dicts are read the same
+    assert taxonomy(_c(target, range_, scope), labels="scoped") == scoped
+    with pytest.raises(ValueError, match="labels must be one of"):
+        taxonomy(_c(target, range_, scope), "global")
 
 
 RESPONSE = EMPTY_THINK + "The river runs slowly. A cold river waits 7 times!\n\nThe stone falls."
 ANSWER = RESPONSE[len(EMPTY_THINK):]
 
 
-def _relevant(target, range_, scope=None) -> tuple[bool, list[str]]:
+def _relevant(target, range_, scope=None, labels="paper") -> tuple[bool, list[str]]:
     c = _c(target, range_, scope)
     v = verify(c, RESPONSE)
-    return v.satisfied, [RESPONSE[a:b] for a, b in relevant_spans(c, v)]
+    spans = relevant_spans(c, v, (reasoning_end(RESPONSE), len(RESPONSE)), labels)
+    return v.satisfied, [RESPONSE[a:b] for a, b in spans]
 
 
 def test_global_marks_every_answer_token_and_nothing_of_the_think_block():
+    whole = RESPONSE[reasoning_end(RESPONSE):]  # everything after </think>: every answer token, its blank lines too
     for range_ in ({"max": 50}, {"max": 3}):  # satisfied and violated alike
-        assert _relevant({"count": "word"}, range_)[1] == [ANSWER]
+        assert _relevant({"count": "word"}, range_)[1] == [whole]
+        assert _relevant({"count": "word"}, range_, labels="scoped")[1] == [ANSWER]  # the scope's segment
 
 
-def test_global_over_a_scope_marks_the_segments_it_selects():
-    assert _relevant({"count": "word"}, {"max": 3}, FIRST_PARAGRAPH) == (
+def test_paper_global_ignores_the_scope_and_scoped_marks_the_segments_it_selects():
+    whole = RESPONSE[reasoning_end(RESPONSE):]
+    assert _relevant({"count": "word"}, {"max": 3}, FIRST_PARAGRAPH) == (False, [whole])
+    assert _relevant({"count": "word"}, {"max": 3}, FIRST_PARAGRAPH, "scoped") == (
         False, ["The river runs slowly. A cold river waits 7 times!"])
-    assert _relevant({"count": "word"}, {"min": 1}, [{"unit": "paragraph", "select": "at", "index": -1}]) == (
-        True, ["The stone falls."])
+    assert _relevant({"count": "word"}, {"min": 1}, [{"unit": "paragraph", "select": "at", "index": -1}],
+                     "scoped") == (True, ["The stone falls."])
 
 
 def test_local_positive_marks_what_satisfies_it_and_nothing_when_violated():
     assert _relevant({"count": "occurrence", "of": "river"}, {"min": 1}) == (True, ["river", "river"])
-    assert _relevant({"count": "occurrence", "of": "river"}, {"min": 3}) == (False, [])
+    assert _relevant({"count": "occurrence", "of": "river"}, {"min": 3}, labels="scoped") == (False, [])
     assert _relevant({"has": ["stone", "cold"]}, {"eq": 2}) == (True, ["cold", "stone"])
     assert _relevant({"has": ["stone", "snow"]}, {"eq": 2}) == (False, [])
     assert _relevant({"starts_with": "The"}, {"eq": 1}, [{"unit": "paragraph", "select": "each"}]) == (
@@ -128,10 +142,38 @@ def test_local_negative_marks_what_violates_it_and_nothing_when_satisfied():
     assert _relevant({"count": "class", "of": "digit"}, {"eq": 0}) == (False, ["7"])
     assert _relevant({"matches": "!"}, {"max": 0}) == (False, ["!"])
     assert _relevant({"count": "occurrence", "of": "snow"}, {"eq": 0}) == (True, [])
-    # Only the segments that break it: the first paragraph has two rivers, the last none.
-    assert _relevant({"count": "occurrence", "of": "river"}, {"max": 1}, [{"unit": "paragraph", "select": "each"}]
-                     ) == (False, ["river", "river"])
-    assert _relevant({"count": "occurrence", "of": "river"}, {"max": 2}) == (True, [])
+    # "At most k": the scoped variant marks only the segments that break it (the first paragraph has two rivers,
+    # the last none); the paper's labels call it a numeric threshold, GLOBAL: the whole answer.
+    each = [{"unit": "paragraph", "select": "each"}]
+    assert _relevant({"count": "occurrence", "of": "river"}, {"max": 1}, each, "scoped") == (False, ["river", "river"])
+    assert _relevant({"count": "occurrence", "of": "river"}, {"max": 2}, labels="scoped") == (True, [])
+    assert _relevant({"count": "occurrence", "of": "river"}, {"max": 1}, each) == (
+        False, [RESPONSE[reasoning_end(RESPONSE):]])
+
+
+def test_a_paper_global_constraint_contributes_exactly_no_token_advantage():
+    """RTT section 4.2.2: a constraint whose tokens are all relevant has a constant token reward, so intra-sample
+    normalization gives it A = 0 on every token; only the LOCAL constraint moves tokens. Under "scoped" the same
+    GLOBAL constraint (the first paragraph only) does move them."""
+    offsets = [(m.start(), m.end()) for m in re.finditer(r"\S+|\s+", RESPONSE)]  # a whitespace tokenizer's pieces
+    start = reasoning_end(RESPONSE)
+    answer = [t for t, (a, b) in enumerate(offsets) if b > start]
+    constraints = [_c({"count": "word"}, {"max": 3}, FIRST_PARAGRAPH), _c({"count": "class", "of": "digit"}, {"eq": 0})]
+
+    def relevance(labels):
+        return np.stack([np.asarray(token_labels(relevant_spans(c, verify(c, RESPONSE), (start, len(RESPONSE)),
+                                                                labels), offsets), dtype=float)[answer]
+                         for c in constraints], axis=1)
+
+    paper, scoped = relevance("paper"), relevance("scoped")
+    assert (paper[:, 0] == 1).all() and 0 < paper[:, 1].sum() < len(answer)
+    (alone,) = token_rtt([paper[:, :1]], [[False]], [0.3])
+    assert (alone == 0.3).all()  # alpha A_res exactly: A_tok = 0
+    (both,) = token_rtt([paper], [[False, False]], [0.3], beta=0.5)
+    (local,) = token_rtt([paper[:, 1:]], [[False]], [0.3], beta=0.25)  # the mean over two constraints, one of them 0
+    np.testing.assert_allclose(both, local, atol=1e-12)
+    (moved,) = token_rtt([scoped[:, :1]], [[False]], [0.3])
+    assert moved.std() > 0
 
 
 # ---- alignment to tokens ---------------------------------------------------------------------------------------------
@@ -205,7 +247,7 @@ def test_alignment_with_smollm2s_tokenizer():
     text = "The river runs slowly. A cold river waits 7 times!"
     offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True).offset_mapping
     c = _c({"count": "occurrence", "of": "river"}, {"min": 1})
-    labels = token_labels(relevant_spans(c, verify(c, text)), offsets)
+    labels = token_labels(relevant_spans(c, verify(c, text), (0, len(text))), offsets)
     assert {text[a:b].strip() for (a, b), y in zip(offsets, labels) if y} == {"river"}
 
 
@@ -302,26 +344,84 @@ def test_the_build_saves_its_pairs_log_and_evaluation(assets):
     report = rtt.load_report(assets["disc"])
     pairs = report["pairs"]
     assert {p["source"] for p in pairs} == {"witness", "modified", "policy", "omission"}
-    assert {p["split"] for p in pairs} == {"train", "test"}
-    test_instructions = {p["instruction"] for p in pairs if p["split"] == "test"}
-    assert not test_instructions & {p["instruction"] for p in pairs if p["split"] == "train"}  # split by instruction
+    assert {p["split"] for p in pairs} == set(rtt.SPLITS)
+    held_instructions = {p["instruction"] for p in pairs if p["split"] == "instruction"}
+    assert held_instructions and not held_instructions & {p["instruction"] for p in pairs if p["split"] == "train"}
     for p in pairs:
         if p["source"] in ("witness", "modified"):
             assert p["response"].startswith(EMPTY_THINK)  # as the policy writes it in think mode
         start = reasoning_end(p["response"])  # the think block is never relevant
         assert all(start <= a < b <= len(p["response"]) for a, b in p["spans"])
-    assert report["log"][-1]["step"] == 20 and "eval_auroc" in report["log"][-1]
-    table = report["eval"]
-    assert set(table["method"]) == {"discriminator", "uniform", "random", "lexical overlap"}
-    uniform = table[(table["method"] == "uniform") & (table["group"] == "all")].iloc[0]
-    assert uniform["auroc"] == 0.5  # every token p = 1: all ties
+        if p["class"] == GLOBAL:  # the paper's labels by default: all_relevant
+            assert p["spans"] == [[start, len(p["response"])]] or start == len(p["response"])
+    assert report["config"]["labels"] == "paper"
+    assert report["log"][-1]["step"] == 20 and {"eval_auroc", "eval_auroc_within"} <= set(report["log"][-1])
+    table, within = report["eval"], report["within"]
+    assert set(table["method"]) == set(rtt.METHODS) and set(table["split"]) == {"instruction", "template"}
+    uniform = table[(table["method"] == "uniform") & (table["group"] == "all")]
+    assert (uniform["auroc_pooled"] == 0.5).all()  # every token p = 1: all ties
+    # Within-response AUROC counts only responses with both classes: GLOBAL pairs (all relevant) never do, and a
+    # score constant per response (the class prior, uniform) is exactly 0.5 inside each of them.
+    assert len(within) and GLOBAL not in set(within["class"]) and (within["relevant"] < within["tokens"]).all()
+    assert (within["class prior"] == 0.5).all() and (within["uniform"] == 0.5).all()
+    prior = table[table["method"] == "class prior"]
+    assert (prior["auroc_within"].dropna() == 0.5).all()
+    for (split, group), rows in table[table["by"] == "all"].groupby(["split", "group"]):
+        assert rows["mixed"].nunique() == 1  # every method is scored on the same responses
+        assert rows["mixed"].iloc[0] == (within["split"] == split).sum()
 
 
-def test_auroc_and_f1_by_hand():
-    assert rtt.auroc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.75
-    assert rtt.auroc([1, 1, 1], [0, 1, 1]) == 0.5
-    assert np.isnan(rtt.auroc([0.2, 0.3], [1, 1]))
-    assert rtt.f1([0.9, 0.6, 0.1, 0.2], [1, 0, 1, 0]) == 0.5
+def test_template_split_holds_out_no_template_seen_in_training(assets):
+    pairs = rtt.load_report(assets["disc"])["pairs"]
+    assert all(p["template"] == template(p["criteria"]) for p in pairs)
+    trained = {p["template"] for p in pairs if p["split"] == "train"}
+    held = {p["template"] for p in pairs if p["split"] == "template"}
+    assert held and not held & trained
+    assert template('At most 2 occurrences of the word "bright".') == template('At most 5 occurrences of the word '
+                                                                               '"warm".')
+    assert template("The third sentence has 4 words.") == template("The first sentence has 12 words.")
+
+
+def test_within_response_auroc_by_hand():
+    scores = [[0.9, 0.1, 0.2], [0.05, 0.01, 0.02, 0.06], [0.5, 0.4], [0.7]]
+    labels = [[1, 0, 0], [1, 0, 0, 0], [1, 1], [0]]
+    # responses 3 and 4 have one class only: left out; response 1 ranks its token first (1), response 2 above
+    # two of its three others (2/3)
+    mean, n = rtt.within_auroc(scores, labels)
+    assert n == 2 and mean == pytest.approx((1 + 2 / 3) / 2)
+    assert rtt.auroc(np.concatenate(scores), np.concatenate(labels)) != pytest.approx(mean)  # pooled is another number
+    assert rtt.within_auroc([[0.2, 0.3]], [[1, 1]]) == (pytest.approx(np.nan, nan_ok=True), 0)
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.lists(st.booleans(), min_size=1, max_size=12)), min_size=1,
+                max_size=8))
+def test_a_score_constant_per_response_has_within_auroc_exactly_one_half(rows):
+    """The class prior gives every token of a response one value: it cannot order tokens inside a response."""
+    labels = [y for _, y in rows]
+    mean, n = rtt.within_auroc([np.full(len(y), c) for c, y in rows], labels)
+    assert n == sum(0 < sum(y) < len(y) for y in labels)
+    assert mean == 0.5 if n else np.isnan(mean)
+
+
+def test_baselines_by_hand():
+    pair = {"criteria": 'Use the word "cold" and do not mention rivers.',
+            "response": EMPTY_THINK + "The cold river, the COLD stone and coldness."}
+    text = pair["response"]
+    offsets = [(m.start(), m.end()) for m in re.finditer(r"\w+|[^\w\s]+|\s+", text)]
+
+    def marked(x):
+        return [text[a:b] for (a, b), y in zip(offsets, x) if y]
+
+    assert marked(rtt.quoted_literal(pair, offsets)) == ["cold", "COLD"]  # whole words, any case
+    assert marked(rtt.lexical_overlap(pair, offsets)) == ["The", "cold", "the", "COLD", "and"]
+    assert marked(rtt.content_overlap(pair, offsets)) == ["cold", "COLD"]  # no function words
+    train = [{"class": "local_positive", "selector": "Global"}, {"class": "local_positive", "selector": "Global"},
+             {"class": GLOBAL, "selector": "Global"}]
+    enc = [{"labels": [1, 0, 0, 0], "answer": [1, 1, 1, 1]}, {"labels": [0, 1], "answer": [0, 1]},
+           {"labels": [1, 1], "answer": [1, 1]}]
+    prior = rtt.class_prior(train, enc)
+    assert prior[("local_positive", "Global")] == pytest.approx(2 / 5) and prior[(GLOBAL, "Global")] == 1.0
+    assert prior[None] == pytest.approx(4 / 7)
 
 
 def test_fit_lowers_the_held_out_loss(assets):
@@ -329,7 +429,7 @@ def test_fit_lowers_the_held_out_loss(assets):
     disc = rtt.Discriminator.from_backbone(assets["model"], seed=0)
     enc = [rtt.encode(disc, p) for p in report["pairs"]]
     train_enc = [e for p, e in zip(report["pairs"], enc) if p["split"] == "train"]
-    held = [e for p, e in zip(report["pairs"], enc) if p["split"] == "test"]
+    held = [e for p, e in zip(report["pairs"], enc) if p["split"] != "train"]
     log = rtt.fit(disc, train_enc, steps=30, batch_size=16, lr=3e-3, held_out=held, eval_every=1, progress=False)
     assert log[-1]["eval_loss"] < log[0]["eval_loss"] - 0.05
 
@@ -522,6 +622,33 @@ def test_annotator_answers_never_raise_and_stay_inside_the_response(answer, resp
     out = parse_annotation(answer, response)
     assert out["type"] in (None, "all_relevant", "all_irrelevant", "partial_relevant")
     assert all(0 <= a < b <= len(response) for a, b in out["spans"])
+
+
+def test_the_annotator_relabels_the_training_pairs_with_the_greedy_prompt(monkeypatch):
+    """RTT Table 4's Greedy discriminator: its training pairs labelled by the greedy prompt's annotator (the answer
+    after the think block), an unparseable answer dropping its pair; held-out pairs keep the verifier's labels."""
+    from ifcore.rtt_labels import annotation_prompt
+
+    assert "MOST RELEVANT and SPECIFIC" in annotation_prompt("No digits.", "A river.", "greedy")
+    assert "Step 1: Scope Classification" in annotation_prompt("No digits.", "A river.")
+    with pytest.raises(ValueError, match="prompt must be one of"):
+        annotation_prompt("No digits.", "A river.", "lazy")
+    pairs = [{"split": "train", "response": EMPTY_THINK + "A river.", "criteria": "Use river.", "spans": []},
+             {"split": "train", "response": "B.", "criteria": "No digits.", "spans": []},
+             {"split": "template", "response": "C 7.", "criteria": "No digits.", "spans": [[2, 3]]}]
+    seen = {}
+
+    def fake(model, criteria, responses, params=None, progress=False, prompt="full"):
+        seen.update(model=model, criteria=criteria, responses=responses, prompt=prompt)
+        return [{"type": "partial_relevant", "spans": [(2, 7)], "unmatched": 0},
+                {"type": None, "spans": [], "unmatched": 0}]
+
+    monkeypatch.setattr(rtt, "llm_labels", fake)
+    out = rtt.annotate([dict(p) for p in pairs], "some-model", "greedy", progress=False)
+    start = reasoning_end(pairs[0]["response"])
+    assert seen == {"model": "some-model", "criteria": ["Use river.", "No digits."],
+                    "responses": [pairs[0]["response"][start:], "B."], "prompt": "greedy"}
+    assert out == [{**pairs[0], "spans": [[start + 2, start + 7]], "annotation": "partial_relevant"}, pairs[2]]
 
 
 def test_llm_labels_sends_rtts_prompt_and_reads_each_answer(tmp_path, monkeypatch):

@@ -13,11 +13,12 @@ wrapper that calls the original (`method.__wrapped__` is the original; nothing i
 unset, so the unpatched path is OpenRLHF's own):
 
 - IFCORE_RTT_BETA=b (> 0): RemoteExperienceMaker.compute_advantages_and_returns runs OpenRLHF's, then adds
-  b x A_tok (RTT eq. 7: ifcore.advantages.token_rtt) to each response's answer tokens. Needs
+  b x A_tok (RTT eq. 7: ifcore.advantages.token_rtt_groups) to each response's answer tokens. Needs
   --algo.advantage.estimator group_norm. IFCORE_RTT_MODE: "intra" (default, RTT's intra-sample token
   normalization) or "inter" (the inter-sample ablation). The relevance p comes from IFCORE_RTT_RELEVANCE:
-  "verifier" (default) -- the verifier's evidence spans through RTT's taxonomy (ifcore.rtt_labels), exact for
-  schema constraints and 0 for judged ones --, "uniform" (p = 1: A_tok = 0, RTT's uniform ablation), "random"
+  "verifier" (default) -- the verifier's evidence spans through RTT's taxonomy (ifcore.rtt_labels; the paper's
+  labels, or IFCORE_RTT_LABELS=scoped for the scope-restricted variant), exact for schema constraints and 0 for
+  judged ones --, "uniform" (p = 1: A_tok = 0, RTT's uniform ablation), "random"
   (p ~ U[0, 1] from a generator seeded by IFCORE_RTT_SEED, default 0: RTT's random ablation) or "module:function",
   a callable(criteria texts, response token ids) -> one array of p per response token (the signature of
   ifcore.train.rtt.Discriminator.relevance; ifcore.train.rtt:saved_relevance loads the discriminator saved at
@@ -55,10 +56,10 @@ from functools import wraps
 import numpy as np
 import torch
 
-from ifcore.advantages import token_rtt
+from ifcore.advantages import ablation_relevance, token_rtt_groups
 from ifcore.integrations import load_constraints, settings
 from ifcore.rewards import score_response
-from ifcore.rtt_labels import relevant_spans, token_labels
+from ifcore.rtt_labels import LABELS, criteria_text, relevant_spans, token_labels
 
 NOTHINK_SUFFIX = "<think>\n\n</think>\n"  # RAIF's empty think block (ifcore.train.sft.NOTHINK_PREFIX)
 THINK_CLOSE = "</think>"
@@ -103,9 +104,12 @@ def install() -> list[str]:
         mode = os.environ.get("IFCORE_RTT_MODE") or "intra"
         if mode not in ("intra", "inter"):
             raise ValueError(f"IFCORE_RTT_MODE must be 'intra' or 'inter', got {mode!r}")
+        labels = os.environ.get("IFCORE_RTT_LABELS") or "paper"
+        if labels not in LABELS:
+            raise ValueError(f"IFCORE_RTT_LABELS must be one of {', '.join(LABELS)}, got {labels!r}")
         _patch(RemoteExperienceMaker, "compute_advantages_and_returns",
                lambda original: lambda self, experiences: add_rtt(
-                   self, original(self, experiences), beta, relevance_fn, mode), "rtt")
+                   self, original(self, experiences), beta, relevance_fn, mode, labels), "rtt")
         patched.append("RemoteExperienceMaker.compute_advantages_and_returns")
     nothink = os.environ.get("IFCORE_RAIF_NOTHINK")
     if nothink:
@@ -150,14 +154,13 @@ def install() -> list[str]:
 def _relevance_fn(spec: str):
     if spec == "verifier":
         return None
-    if spec == "uniform":
-        return lambda criteria, responses: [np.ones(len(ids)) for ids in responses]
-    if spec == "random":
+    if spec in ("uniform", "random"):  # RTT Table 4's weightings, as the embedded trainer draws them
         seed = os.environ.get("IFCORE_RTT_SEED") or "0"
         if not seed.isdigit():
             raise ValueError(f"IFCORE_RTT_SEED must be a non-negative integer, got {seed!r}")
         rng = np.random.default_rng(int(seed))  # one stream for the run: step after step in the trainer actor
-        return lambda criteria, responses: [rng.random(len(ids)) for ids in responses]
+        return lambda criteria, responses: [p[:, 0] for ids in responses
+                                            for p in ablation_relevance(spec, [len(ids)], 1, rng)]
     module, _, name = spec.partition(":")
     if not name:
         raise ValueError(f"IFCORE_RTT_RELEVANCE must be 'verifier', 'uniform', 'random' or 'module:function', "
@@ -165,17 +168,14 @@ def _relevance_fn(spec: str):
     return getattr(importlib.import_module(module), name)
 
 
-def criteria_text(c) -> str:
-    """A constraint as a discriminator reads it: its wording, else its schema JSON (as ifcore.train.rtt)."""
-    return c.text or json.dumps({k: v for k, v in c.to_dict().items() if k not in ("id", "category")})
-
-
-def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_fn=None, where: str = "sample"):
+def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_fn=None, where: str = "sample",
+                       labels: str = "paper"):
     """(scored, p, satisfied) of one response: the indices into `ids` of its answer tokens (after the last
     </think>, before the first special token: the tokens ifcore.train.rtt.answer_tokens scores), p [len(scored), C]
-    and the verifier's verdicts. p is the verifier's relevance (RTT app. C.3: evidence spans mapped to tokens by
-    the tokenizer's offsets), or relevance_fn's. A response whose text does not re-tokenize to `ids` gets no scored
-    token (A_tok = 0: OpenRLHF's advantage alone)."""
+    and the verifier's verdicts. p is the verifier's relevance (RTT app. C.3 by `labels`, "paper" or "scoped"
+    as ifcore.rtt_labels defines them: evidence spans mapped to tokens by the tokenizer's offsets), or
+    relevance_fn's. A response whose text does not re-tokenize to `ids` gets no scored token (A_tok = 0:
+    OpenRLHF's advantage alone)."""
     constraints = load_constraints(label, f"label of {where}")
     special = set(tokenizer.all_special_ids)
     k = next((t for t, i in enumerate(ids) if i in special), len(ids))
@@ -196,18 +196,20 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
     else:
         cols = []
         for c, v in zip(constraints, result["verdicts"]):
-            spans = [(a + result["offset"], b + result["offset"]) for a, b in relevant_spans(c, v)] if v else []
+            off = result["offset"]  # verdict spans index text[off:]; the paper's GLOBAL spans the whole answer
+            spans = [(a + off, b + off) for a, b in relevant_spans(c, v, (start - off, len(text) - off), labels)
+                     ] if v else []
             cols.append(np.asarray(token_labels(spans, offsets), dtype=float)[scored])
         p = np.stack(cols, axis=1)
     return scored, p.reshape(len(scored), len(constraints)), result["satisfied"]
 
 
 @torch.no_grad()
-def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "intra"):
+def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "intra", labels: str = "paper"):
     """RTT-GRPO (eq. 7) on OpenRLHF's experiences: advantages (alpha = 1: OpenRLHF's group_norm advantage on every
-    action token) + beta x A_tok on each response's scored answer tokens, A_tok from ifcore.advantages.token_rtt
-    (`mode` intra or inter) over the prompt's group (the samples whose `index` // n_samples_per_prompt agree,
-    OpenRLHF's grouping)."""
+    action token) + beta x A_tok on each response's scored answer tokens, A_tok from
+    ifcore.advantages.token_rtt_groups (the embedded trainer's function; `mode` intra or inter) over each prompt's
+    group (the samples whose `index` // n_samples_per_prompt agree, OpenRLHF's grouping)."""
     args = maker.strategy.args
     if args.algo.advantage.estimator != "group_norm":
         raise ValueError(f"IFCORE_RTT_BETA: RTT adds token advantages to group_norm's, but "
@@ -215,24 +217,24 @@ def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "int
     n = args.rollout.n_samples_per_prompt
     opts = settings(judge=_NO_JUDGE)
     rows = {i: (e, j) for e in experiences for j, i in enumerate(e.index)}
-    for g in range(len(rows) // n):
-        members = [rows[i] for i in range(g * n, (g + 1) * n)]
-        got = []
-        for e, j in members:
-            mask = e.action_mask[j].bool()
-            positions = torch.nonzero(mask).flatten()
-            ids = e.sequences[j, 1:1 + mask.shape[0]][mask].tolist()  # action_mask[t] marks sequences[t + 1]
-            scored, p, sat = response_relevance(maker.tokenizer, ids, e.labels[j], opts, relevance_fn,
-                                                f"sample {g * n + len(got)}")
-            got.append((positions[scored], p, sat))
-        width = max(len(sat) for _, _, sat in got)
-        if any(len(sat) != width for _, _, sat in got):
+    groups = len(rows) // n
+    members = [rows[i] for i in range(groups * n)]  # group order: sample g*n + k is rollout k of prompt g
+    got = []
+    for e, j in members:
+        mask = e.action_mask[j].bool()
+        positions = torch.nonzero(mask).flatten()
+        ids = e.sequences[j, 1:1 + mask.shape[0]][mask].tolist()  # action_mask[t] marks sequences[t + 1]
+        scored, p, sat = response_relevance(maker.tokenizer, ids, e.labels[j], opts, relevance_fn,
+                                            f"sample {len(got)}", labels)
+        got.append((positions[scored], p, sat))
+    for g in range(groups):
+        if len({len(sat) for _, _, sat in got[g * n:(g + 1) * n]}) > 1:
             raise ValueError(f"IFCORE_RTT_BETA: the samples of group {g} have labels with different constraint "
                              "counts; a group answers one prompt")
-        a_tok = token_rtt([p for _, p, _ in got], [sat for _, _, sat in got], np.zeros(n), alpha=0.0, beta=beta,
-                          mode=mode)
-        for (e, j), (pos, _, _), a in zip(members, got, a_tok):
-            e.advantages[j, pos] += torch.from_numpy(a).to(e.advantages.dtype)
+    a_tok = token_rtt_groups([p for _, p, _ in got], [sat for _, _, sat in got], np.zeros((groups, n)),
+                             alpha=0.0, beta=beta, mode=mode)
+    for (e, j), (pos, _, _), a in zip(members, got, a_tok):
+        e.advantages[j, pos] += torch.from_numpy(a).to(e.advantages.dtype)
     return experiences
 
 

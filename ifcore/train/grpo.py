@@ -50,11 +50,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ifcore.advantages import superior_cot_keep
+from ifcore.advantages import TOKEN_ADVANTAGES, superior_cot_keep
 from ifcore.rewards import KINDS
+from ifcore.rtt_labels import criteria_text
 from ifcore.train import TRAINER_VERSION
 from ifcore.verify import VERIFY_VERSION
-from ifcore.train.model import chat_prompt, load_lora_policy, load_policy, think_gate
+# generate lives with the policy (model.py), below both this loop and the RTT data builder that samples with it
+from ifcore.train.model import chat_prompt, generate, load_lora_policy, load_policy, think_gate
 from ifcore.train import rtt
 from ifcore.train.sft import NOTHINK_PREFIX, bc_loss, expert_batch, raif_prompt
 
@@ -149,7 +151,7 @@ LIMITS = {
     "group_size": (lambda v: v >= 2, "at least 2 (GRPO's advantages compare the rollouts of a group)"),
     "seed": (lambda v: v >= 0, "at least 0"), "threads": (lambda v: v >= 0, "at least 0"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "clip_eps": (lambda v: 0 < v < 1, "in (0, 1)"),
-    "token_advantages": (lambda v: v in rtt.TOKEN_ADVANTAGES, f"one of {', '.join(rtt.TOKEN_ADVANTAGES)}"),
+    "token_advantages": (lambda v: v in TOKEN_ADVANTAGES, f"one of {', '.join(TOKEN_ADVANTAGES)}"),
     "rtt_alpha": _NON_NEGATIVE, "rtt_beta": _NON_NEGATIVE,
     "output_dir": (lambda v: v != "", "a directory"),
     **{k: _AT_LEAST_1 for k in ("steps", "prompts_per_step", "max_new_tokens", "ppo_epochs", "micro_batch",
@@ -387,38 +389,6 @@ def response_logprobs(model, seqs, attention, n_prompt: int, with_entropy: bool 
     if not with_entropy:
         return logp, None
     return logp, logz - (logits.softmax(-1) * logits).sum(-1)
-
-
-def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, device, autocast,
-             sample: bool, temperature: float = 1.0, top_p: float = 1.0, batch: int = 0):
-    """Rollouts with the KV cache, `batch` sequences per generate call (0: all in one):
-    (sequences, attention, n_prompt, response mask, texts, truncated)."""
-    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-    # Explicit settings override a checkpoint's generation_config (Qwen3 ships top_k=20, temperature 0.6).
-    how = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if sample else dict(do_sample=False)
-    # Every end-of-turn id stops a response: the tokenizer's and the generation config's (Qwen3 lists two).
-    eos = model.generation_config.eos_token_id
-    eos = sorted({tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None})
-    size = batch or len(prompts)
-    with torch.no_grad(), autocast:
-        chunks = [model.generate(input_ids=enc.input_ids[i:i + size], attention_mask=enc.attention_mask[i:i + size],
-                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=eos, **how) for i in range(0, len(prompts), size)]
-    width = max(c.shape[1] for c in chunks)  # a chunk whose responses all ended early is shorter
-    seqs = torch.cat([torch.nn.functional.pad(c, (0, width - c.shape[1]), value=tokenizer.pad_token_id)
-                      for c in chunks])
-    n_prompt = enc.input_ids.shape[1]
-    gen = seqs[:, n_prompt:]
-    is_eos = torch.isin(gen, torch.tensor(eos, device=gen.device))
-    has_eos = is_eos.any(-1)
-    # The response is every token up to and including the first EOS (stopping is an action too).
-    length = torch.where(has_eos, is_eos.int().argmax(-1) + 1, gen.shape[1])
-    mask = torch.arange(gen.shape[1], device=gen.device)[None] < length[:, None]
-    attention = torch.cat([enc.attention_mask, torch.ones_like(gen)], dim=1)
-    texts = [tokenizer.decode(ids[: n - int(e)], skip_special_tokens=True)
-             for ids, n, e in zip(gen.tolist(), length.tolist(), has_eos.tolist())]
-    truncated = (~has_eos).tolist()
-    return seqs, attention, n_prompt, mask, texts, truncated
 
 
 def read_rows(path: str) -> list[tuple[str, list]]:
@@ -847,7 +817,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             if cfg.token_advantages != "broadcast":  # RTT-GRPO (eq. 7): alpha A_res + beta A_tok, token by token
                 token_advantages, rtt_seconds = rtt.token_advantages(
                     cfg.token_advantages, seqs[:, n_prompt:], mask,
-                    [[rtt.criteria_text(c) for c in batch[i // G][1]] for i in range(len(scores))],
+                    [[criteria_text(c) for c in batch[i // G][1]] for i in range(len(scores))],
                     [s["satisfied"] for s in scores], group_norm(rewards), cfg.rtt_alpha, cfg.rtt_beta, tokenizer,
                     discriminator, np.random.default_rng([cfg.seed, step, 0x277]))
             # RAIF: only the rollouts superior-CoT lets train carry gradient (no-think ones never do, nor a dropped

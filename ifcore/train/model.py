@@ -144,3 +144,35 @@ def think_gate(tokenizer, think: bool) -> str:
     "required" (a closed think block) where the template has the switch, "auto" where it has none (a think block
     is allowed, not demanded), "none" with thinking off."""
     return "none" if not think else "required" if has_think_switch(tokenizer) else "auto"
+
+
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, device, autocast,
+             sample: bool, temperature: float = 1.0, top_p: float = 1.0, batch: int = 0):
+    """Rollouts with the KV cache, `batch` sequences per generate call (0: all in one):
+    (sequences, attention, n_prompt, response mask, texts, truncated)."""
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    # Explicit settings override a checkpoint's generation_config (Qwen3 ships top_k=20, temperature 0.6).
+    how = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if sample else dict(do_sample=False)
+    # Every end-of-turn id stops a response: the tokenizer's and the generation config's (Qwen3 lists two).
+    eos = model.generation_config.eos_token_id
+    eos = sorted({tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None})
+    size = batch or len(prompts)
+    with torch.no_grad(), autocast:
+        chunks = [model.generate(input_ids=enc.input_ids[i:i + size], attention_mask=enc.attention_mask[i:i + size],
+                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=eos, **how) for i in range(0, len(prompts), size)]
+    width = max(c.shape[1] for c in chunks)  # a chunk whose responses all ended early is shorter
+    seqs = torch.cat([torch.nn.functional.pad(c, (0, width - c.shape[1]), value=tokenizer.pad_token_id)
+                      for c in chunks])
+    n_prompt = enc.input_ids.shape[1]
+    gen = seqs[:, n_prompt:]
+    is_eos = torch.isin(gen, torch.tensor(eos, device=gen.device))
+    has_eos = is_eos.any(-1)
+    # The response is every token up to and including the first EOS (stopping is an action too).
+    length = torch.where(has_eos, is_eos.int().argmax(-1) + 1, gen.shape[1])
+    mask = torch.arange(gen.shape[1], device=gen.device)[None] < length[:, None]
+    attention = torch.cat([enc.attention_mask, torch.ones_like(gen)], dim=1)
+    texts = [tokenizer.decode(ids[: n - int(e)], skip_special_tokens=True)
+             for ids, n, e in zip(gen.tolist(), length.tolist(), has_eos.tolist())]
+    truncated = (~has_eos).tolist()
+    return seqs, attention, n_prompt, mask, texts, truncated

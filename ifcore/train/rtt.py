@@ -4,24 +4,28 @@
   responses (ifcore.synth), minimal modifications of a witness that break exactly one constraint (rule-based
   edits, kept only when ifcore.verify says that constraint alone flipped), the policy's own responses, and
   constraint omission (the policy answering the instruction with one constraint left out). Every (response,
-  constraint) pair gets its relevance labels from the verifier (ifcore.rtt_labels); the held-out split is by
-  instruction.
+  constraint) pair gets its relevance labels from the verifier through RTT's taxonomy (ifcore.rtt_labels; the
+  paper's labels by default, `DiscConfig.labels`), or from RTT's LLM annotator when `DiscConfig.annotator` names
+  a model (its "greedy" prompt gives Table 4's Greedy discriminator). Two held-out sets: by template family (no
+  held-out template occurs in training) and by instruction.
 - The discriminator (`Discriminator`): any causal LM checkpoint's backbone (by default the embedded policy,
   whose tokenizer it shares) and a linear score head with one output and no bias; p = sigmoid(score). Its input
   is RTT's prompt (app. C.1) followed by the policy's response token ids cut at the first special token; it is
   trained by BCE over the response tokens (section 4.1) and saved as a from_pretrained backbone folder with the
   head beside it.
-- Evaluation (`evaluate`): token AUROC and F1 per Scope selector and per taxonomy class against the uniform,
-  random and lexical-overlap baselines.
-- RL (`token_advantages`): the [N, T] token advantages of RTT-GRPO (eq. 7 with intra- or inter-sample token
-  group normalization, ifcore.advantages.token_rtt) and the paper's uniform and random weighting ablations.
-  Groups are kept apart by construction (one list of [T_i, C] arrays per group), never by reshaping a
-  [G, C, T] tensor: the authors' code reshapes it to [C, G, T] instead of permuting it, which mixes other
-  responses' rows into a response's advantage.
-
+- Evaluation (`evaluate`): the headline is within-response AUROC (`within_auroc`, over the responses that have
+  both relevant and irrelevant tokens: the order that intra-sample normalization keeps), per Scope selector and
+  taxonomy class, on each held-out set, against a per-response class prior (exactly 0.5 by construction: a
+  discriminator that only knew each pair's relevance level would score that), quoted-literal matching, content-word
+  and plain lexical overlap, random and uniform; pooled AUROC and F1 beside it. `relevance_examples`: the best and
+  the worst held-out response, captioned as a success or a failure.
+- RL (`token_advantages`): the [N, T] token advantages of RTT-GRPO: the discriminator's relevance (the one
+  model-bound step) handed to ifcore.advantages.token_rtt_groups (eq. 7 with intra- or inter-sample token group
+  normalization, groups kept apart; the OpenRLHF plug-in calls the same function), and the paper's uniform and
+  random weighting ablations (ifcore.advantages.ablation_relevance).
 - The LLM annotator (`llm_labels`): RTT's own labelling, for constraints the schema does not express: its
-  annotation prompt (ifcore.rtt_labels.annotation_prompt) through ifcore.infer (a registry model in process or
-  any OpenAI-compatible server), the JSON answer parsed to character spans. The default data never needs it:
+  annotation prompt, full or greedy (ifcore.rtt_labels.annotation_prompt) through ifcore.infer (a registry model in
+  process or any OpenAI-compatible server), the JSON answer parsed to character spans. The default data never needs it:
   every constraint here is a schema constraint, labelled exactly by the verifier.
 """
 from __future__ import annotations
@@ -41,7 +45,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ifcore.rtt_labels import CLASSES, annotation_prompt, parse_annotation, relevant_spans, taxonomy, token_labels
+from ifcore.advantages import TOKEN_ADVANTAGES, ablation_relevance, token_rtt_groups
+from ifcore.rtt_labels import (CLASSES, LABELS, annotation_prompt, criteria_text, parse_annotation, relevant_spans,
+                               taxonomy, template, token_labels)
 from ifcore.schema import Constraint
 from ifcore.text import Doc, reasoning_end, word_spans
 from ifcore.train.model import THINK_CLOSE
@@ -52,13 +58,9 @@ PROMPT = ("Identify which tokens in the response are relevant to the criteria.\n
 HEAD_FILE = "score_head.safetensors"
 META_FILE = "rtt_discriminator.json"
 # Part of a cached discriminator's key: bump when a code change moves its data or its training.
-RTT_VERSION = 1
-TOKEN_ADVANTAGES = ("broadcast", "rtt", "rtt_inter", "uniform", "random")
-
-
-def criteria_text(c: Constraint) -> str:
-    """The constraint as the discriminator reads it: its wording, or its schema JSON when it has none."""
-    return c.text or json.dumps({k: v for k, v in c.to_dict().items() if k not in ("id", "category")})
+# 2: the paper's labels by default, held-out splits by instruction and by template family, within-response AUROC.
+RTT_VERSION = 2
+SPLITS = ("train", "instruction", "template")  # a pair's split: trained on, or held out by instruction or by template
 
 
 # ---- data: minimal modifications, omission, the policy's responses ------------------------------------------------
@@ -173,6 +175,12 @@ class DiscConfig:
     backbone: str | None = None  # a registry name or checkpoint; None: the policy (sharing its tokenizer)
     instructions: int = 600  # synthetic instructions; their witnesses, edits and the policy's answers
     held_out: float = 0.2  # share of instructions held out for evaluation
+    held_out_templates: float = 0.2  # share of template families (ifcore.rtt_labels.template) held out as well
+    labels: str = "paper"  # RTT app. C.3's taxonomy ("paper": GLOBAL = every answer token) or "scoped" (rtt_labels)
+    annotator: str | None = None  # None: the verifier labels the training pairs; a model (registry name, folder,
+    # or OpenAI-compatible URL): RTT's LLM annotator does, with `annotation`'s prompt (held-out pairs keep the
+    # verifier's labels, the target every discriminator is scored against)
+    annotation: str = "full"  # the annotator's prompt (RTT app. C.4): "full" (the taxonomy) or "greedy" (Table 4)
     policy_samples: int = 1  # policy responses per instruction (and as many with one constraint omitted)
     max_new_tokens: int = 64  # length of the policy's responses (as in GRPO)
     think: bool = True  # responses carry the empty think block the policy writes in think mode
@@ -185,20 +193,31 @@ class DiscConfig:
 
 
 def build_pairs(cfg: DiscConfig, policy_path, device: str = "cpu", progress: bool = True) -> list[dict]:
-    """The discriminator's (response, constraint) rows: instruction, split, source (witness | modified | policy |
-    omission), response (as the policy writes it, think block included), criteria, selector, class, satisfied,
-    spans (the relevant character spans)."""
+    """The discriminator's (response, constraint) rows: instruction, split (SPLITS), source (witness | modified |
+    policy | omission), response (as the policy writes it, think block included), criteria, template, selector,
+    class (by cfg.labels), satisfied, spans (the relevant character spans).
+
+    Two held-out sets, both never trained on: "template", every pair whose constraint's template family is one of
+    the cfg.held_out_templates share of families drawn out (no such template occurs in training), and
+    "instruction", the other pairs of the first cfg.held_out share of instructions (their templates occur in
+    training, with other literals and numbers)."""
     from tqdm import tqdm
 
     from ifcore import synth
-    from ifcore.train.grpo import generate
-    from ifcore.train.model import EMPTY_THINK, chat_prompt, load_policy
+    from ifcore.train.model import EMPTY_THINK, chat_prompt, generate, load_policy
 
+    if cfg.labels not in LABELS:
+        raise ValueError(f"DiscConfig.labels must be one of {LABELS}, got {cfg.labels!r}")
     rng = random.Random(cfg.seed)
     vocab = synth.vocabulary("tiny")
     words = vocab["nouns"] + vocab["adjs"] + vocab["verbs"] + synth.SHOUT
     insts = [synth.instruction(rng) for _ in range(cfg.instructions)]
     n_test = round(cfg.held_out * len(insts))
+    families = sorted({template(criteria_text(Constraint.from_dict(c))) for inst in insts
+                       for c in inst["constraints"]})
+    # A stream of its own: the families drawn out never move the instructions, edits or rollouts.
+    held_families = set(random.Random(f"templates-{cfg.seed}").sample(
+        families, round(cfg.held_out_templates * len(families))))
     responses = []  # (instruction index, source, text)
     prefix = EMPTY_THINK if cfg.think else ""
     for i, inst in enumerate(tqdm(insts, desc="rtt data: edits", disable=not progress, dynamic_ncols=True)):
@@ -226,12 +245,35 @@ def build_pairs(cfg: DiscConfig, policy_path, device: str = "cpu", progress: boo
     pairs = []
     for i, source, text in responses:
         cs = insts[i]["parsed"]
+        answer = (reasoning_end(text), len(text))
         for c, v in zip(cs, verify_all(cs, text)):
-            pairs.append({"instruction": i, "split": "test" if i < n_test else "train", "source": source,
-                          "response": text, "criteria": criteria_text(c), "selector": c.selector,
-                          "class": taxonomy(c), "satisfied": bool(v.satisfied),
-                          "spans": [list(s) for s in relevant_spans(c, v)]})
+            family = template(criteria_text(c))
+            split = "template" if family in held_families else "instruction" if i < n_test else "train"
+            pairs.append({"instruction": i, "split": split, "source": source, "response": text,
+                          "criteria": criteria_text(c), "template": family, "selector": c.selector,
+                          "class": taxonomy(c, cfg.labels), "satisfied": bool(v.satisfied),
+                          "spans": [list(s) for s in relevant_spans(c, v, answer, cfg.labels)]})
+    if cfg.annotator is not None:
+        pairs = annotate(pairs, cfg.annotator, cfg.annotation, progress)
     return pairs
+
+
+def annotate(pairs: list[dict], model, prompt: str = "full", progress: bool = True) -> list[dict]:
+    """The training pairs relabelled by RTT's LLM annotator (app. C.3-C.4, `llm_labels` with `prompt` "full" or
+    "greedy": Table 4's Greedy discriminator is trained on the latter); a training pair whose answer is none of the
+    annotator's JSON forms is dropped (no label). Held-out pairs keep the verifier's labels, the target that
+    `evaluate` scores every discriminator against. The annotator reads the answer after the think block."""
+    train = [k for k, p in enumerate(pairs) if p["split"] == "train"]
+    starts = [reasoning_end(pairs[k]["response"]) for k in train]
+    got = llm_labels(model, [pairs[k]["criteria"] for k in train],
+                     [pairs[k]["response"][s:] for k, s in zip(train, starts)], prompt=prompt, progress=progress)
+    drop = set()
+    for k, s, g in zip(train, starts, got):
+        if g["type"] is None:
+            drop.add(k)
+        else:
+            pairs[k] = {**pairs[k], "spans": [[a + s, b + s] for a, b in g["spans"]], "annotation": g["type"]}
+    return [p for k, p in enumerate(pairs) if k not in drop]
 
 
 # ---- the discriminator --------------------------------------------------------------------------------------------
@@ -399,8 +441,8 @@ def encode(disc: Discriminator, pair: dict, max_response_tokens: int = 128) -> d
 def fit(disc: Discriminator, train: list[dict], steps: int, batch_size: int = 32, lr: float = 1e-3, seed: int = 0,
         held_out: list[dict] | None = None, eval_every: int = 50, progress: bool = True) -> list[dict]:
     """BCE with logits over the valid response tokens (RTT section 4.1) on `encode`d pairs; returns the log: the
-    training loss every 10 steps, the held-out loss (all response tokens, as trained) and token AUROC (answer
-    tokens, as `evaluate` scores them) every `eval_every` steps and at the end."""
+    training loss every 10 steps, the held-out loss (all response tokens, as trained), pooled token AUROC and
+    within-response AUROC (answer tokens, as `evaluate` scores them) every `eval_every` steps and at the end."""
     from tqdm import tqdm
     from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
@@ -449,8 +491,12 @@ def fit(disc: Discriminator, train: list[dict], steps: int, batch_size: int = 32
             answer = np.concatenate([e["answer"] for e in held_out]).astype(bool)
             if not log or log[-1]["step"] != step:
                 log.append({"step": step})
+            masks = [np.asarray(e["answer"], dtype=bool) for e in held_out]
             log[-1] |= {"eval_loss": float(-(y * np.log(q) + (1 - y) * np.log(1 - q)).mean()),
-                        "eval_auroc": auroc(q[answer], y[answer])}
+                        "eval_auroc": auroc(q[answer], y[answer]),
+                        "eval_auroc_within": within_auroc([x[m] for x, m in zip(p, masks)],
+                                                          [np.asarray(e["labels"])[m] for e, m in
+                                                           zip(held_out, masks)])[0]}
     bar.close()
     disc.eval()
     return log
@@ -470,6 +516,18 @@ def auroc(scores, labels) -> float:
     return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 
+def within_auroc(scores, labels) -> tuple[float, int]:
+    """The headline metric: AUROC inside each response that has both relevant and irrelevant tokens, averaged over
+    those responses; with their count (NaN, 0 when there is none). `scores` and `labels` are per-response arrays.
+
+    It is what intra-sample normalization (RTT section 4.2.2) keeps: A_tok standardizes Score * p over each
+    response's own tokens, so a level shared by a whole response (how relevant GLOBAL pairs are on the whole, or
+    LOCAL ones) cancels, and only the order of the tokens inside a response moves the policy. Pooled AUROC over
+    all tokens (`auroc` of the concatenation) rewards exactly that level."""
+    values = [auroc(s, y) for s, y in zip(scores, labels) if 0 < int(np.sum(y)) < len(y)]
+    return (float(np.mean(values)) if values else math.nan), len(values)
+
+
 def f1(scores, labels, threshold: float = 0.5) -> float:
     """F1 of `score >= threshold` as the relevant tokens; NaN when nothing is relevant and nothing predicted."""
     pred, y = np.asarray(scores) >= threshold, np.asarray(labels, dtype=bool)
@@ -477,73 +535,171 @@ def f1(scores, labels, threshold: float = 0.5) -> float:
     return math.nan if tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
 
 
-def lexical_overlap(pair: dict, offsets) -> np.ndarray:
-    """The lexical baseline: 1 for the tokens of every response word that also occurs in the criteria text."""
-    wanted = {w.casefold() for w in re.findall(r"\w+", pair["criteria"])}
+# English function words (articles, pronouns, auxiliaries, prepositions, conjunctions, quantifiers): what the
+# content-word overlap baseline ignores, so "the" in a criteria does not mark every "the" of the response.
+FUNCTION_WORDS = frozenset("""a an the this that these those it its it's i me my we our you your he him his she her
+they them their what which who whom whose and or but nor so yet if then than as because while of to in on at by for
+with about against between into through during before after above below from up down out off over under again
+further once here there when where why how all any both each every few more most other some such no not only own
+same too very can will just should would could must may might shall do does did doing done be is are was were been
+being am have has had having make makes sure""".split())
+
+
+def _words(pair: dict, offsets, keep) -> np.ndarray:
+    """1 for the tokens of each answer word that `keep(word)` accepts (the word lower-cased, punctuation stripped)."""
     text = pair["response"]
-    spans = [(a, b) for a, b in word_spans(text) if re.sub(r"^\W+|\W+$", "", text[a:b]).casefold() in wanted]
+    start = reasoning_end(text)
+    spans = [(a, b) for a, b in word_spans(text)
+             if a >= start and keep(re.sub(r"^\W+|\W+$", "", text[a:b]).casefold())]
     return np.asarray(token_labels(spans, offsets), dtype=float)
 
 
+def lexical_overlap(pair: dict, offsets) -> np.ndarray:
+    """The lexical baseline: 1 for the tokens of every answer word that also occurs in the criteria text."""
+    wanted = {w.casefold() for w in re.findall(r"\w+", pair["criteria"])}
+    return _words(pair, offsets, wanted.__contains__)
+
+
+def content_overlap(pair: dict, offsets) -> np.ndarray:
+    """Lexical overlap restricted to content words: the criteria's words less FUNCTION_WORDS."""
+    wanted = {w.casefold() for w in re.findall(r"\w+", pair["criteria"])} - FUNCTION_WORDS
+    return _words(pair, offsets, wanted.__contains__)
+
+
+def quoted_literal(pair: dict, offsets) -> np.ndarray:
+    """1 for the tokens of every occurrence in the answer (case-insensitive; whole words where the literal starts or
+    ends with a letter or digit) of a literal that the criteria quote ("the word \"bright\"", "begin with \"The\"")."""
+    text = pair["response"]
+    start = reasoning_end(text)
+    spans = []
+    for lit in re.findall(r'"([^"]+)"', pair["criteria"]):
+        pattern = ((r"(?<!\w)" if lit[0].isalnum() else "") + re.escape(lit)
+                   + (r"(?!\w)" if lit[-1].isalnum() else ""))
+        spans += [(m.start(), m.end()) for m in re.finditer(pattern, text, re.IGNORECASE) if m.start() >= start]
+    return np.asarray(token_labels(spans, offsets), dtype=float)
+
+
+def class_prior(pairs: list[dict], encoded: list[dict]) -> dict:
+    """The per-response class prior: the mean relevance of the answer tokens of `pairs` (the training split) per
+    (taxonomy class, Scope selector), and under None over all of them (for a combination training never saw). Every
+    token of a response gets its pair's value, so its within-response AUROC is exactly 0.5."""
+    sums: dict = {}
+    for p, e in zip(pairs, encoded):
+        y = np.asarray(e["labels"])[np.asarray(e["answer"], dtype=bool)]
+        for key in ((p["class"], p["selector"]), None):
+            s, n = sums.get(key, (0.0, 0))
+            sums[key] = (s + float(y.sum()), n + len(y))
+    return {k: s / n for k, (s, n) in sums.items() if n}
+
+
+METHODS = ("discriminator", "class prior", "quoted literal", "content-word overlap", "lexical overlap", "random",
+           "uniform")
+
+
 def evaluate(disc: Discriminator, pairs: list[dict], encoded: list[dict] | None = None, seed: int = 0):
-    """Token AUROC and F1 (threshold 0.5) of the discriminator and of the baselines over the answer tokens of
-    `pairs`: overall, per Scope selector and per taxonomy class. Baselines: uniform (every token relevant,
-    p = 1: the paper's Uniform weighting), random (p ~ U[0, 1]) and lexical overlap with the criteria text.
-    A long DataFrame: method, by, group, pairs, tokens, relevant (share), auroc, f1."""
+    """The discriminator and the baselines on the held-out pairs (every split but "train"), over answer tokens.
+
+    Returns (table, within). table, one row per held-out split x method x group (all; each Scope selector; each
+    taxonomy class): pairs, mixed (pairs whose answer has both relevant and irrelevant tokens), tokens, relevant
+    (share), auroc_within (`within_auroc`, over the mixed pairs: the headline), auroc_pooled (over all tokens of the
+    group) and f1 (p >= 0.5, pooled). within: one row per mixed held-out pair (split, pair: its index in `pairs`,
+    instruction, class, selector, tokens, relevant) with each method's AUROC inside it, for comparisons paired by
+    response (or, since a response's pairs and an instruction's responses are not independent, by instruction).
+
+    Baselines: class prior (`class_prior` of the training pairs: constant per response), quoted literal
+    (`quoted_literal`), content-word and plain lexical overlap with the criteria, random (p ~ U[0, 1]) and uniform
+    (p = 1, the paper's Uniform weighting)."""
     import pandas as pd
 
     encoded = encoded or [encode(disc, p) for p in pairs]
-    keep = [i for i, e in enumerate(encoded) if any(e["answer"])]
+    prior = class_prior([p for p in pairs if p["split"] == "train"],
+                        [e for p, e in zip(pairs, encoded) if p["split"] == "train"])
+    keep = [i for i, (p, e) in enumerate(zip(pairs, encoded)) if p["split"] != "train" and any(e["answer"])]
     probs = disc.probabilities([(encoded[i]["ids"], encoded[i]["n_prompt"]) for i in keep])
     rng = np.random.default_rng(seed)
-    rows = []
-    per_pair = []
+    per_pair, within = [], []
     for i, p in zip(keep, probs):
-        e, answer = encoded[i], np.asarray(encoded[i]["answer"], dtype=bool)
-        scores = {"discriminator": p, "uniform": np.ones(len(p)), "random": rng.random(len(p)),
-                  "lexical overlap": lexical_overlap(pairs[i], e["offsets"])}
-        per_pair.append((pairs[i], np.asarray(e["labels"])[answer], {k: v[answer] for k, v in scores.items()}))
+        q, e = pairs[i], encoded[i]
+        answer = np.asarray(e["answer"], dtype=bool)
+        n = len(p)
+        scores = {"discriminator": p,
+                  "class prior": np.full(n, prior.get((q["class"], q["selector"]), prior.get(None, 0.0))),
+                  "quoted literal": quoted_literal(q, e["offsets"]),
+                  "content-word overlap": content_overlap(q, e["offsets"]),
+                  "lexical overlap": lexical_overlap(q, e["offsets"]),
+                  "random": rng.random(n), "uniform": np.ones(n)}
+        y = np.asarray(e["labels"])[answer]
+        scores = {k: v[answer] for k, v in scores.items()}
+        per_pair.append((q, y, scores))
+        if 0 < y.sum() < len(y):
+            within.append({"split": q["split"], "pair": i, "instruction": q["instruction"], "class": q["class"],
+                           "selector": q["selector"],
+                           "tokens": len(y), "relevant": int(y.sum())} | {m: auroc(scores[m], y) for m in METHODS})
     groups = [("all", "all", lambda q: True)]
     groups += [("selector", s, lambda q, s=s: q["selector"] == s)
                for s in ("Global", "Traversal", "Position", "Condition", "Nested")]
     groups += [("class", c, lambda q, c=c: q["class"] == c) for c in CLASSES]
-    for method in ("discriminator", "uniform", "random", "lexical overlap"):
-        for by, group, test in groups:
-            sel = [(y, s[method]) for q, y, s in per_pair if test(q)]
-            if not sel:
-                continue
-            y = np.concatenate([a for a, _ in sel])
-            s = np.concatenate([b for _, b in sel])
-            rows.append({"method": method, "by": by, "group": group, "pairs": len(sel), "tokens": len(y),
-                         "relevant": float(y.mean()) if len(y) else math.nan, "auroc": auroc(s, y), "f1": f1(s, y)})
-    return pd.DataFrame(rows)
+    rows = []
+    for split in [s for s in SPLITS[1:] if any(q["split"] == s for q, _, _ in per_pair)]:
+        for method in METHODS:
+            for by, group, test in groups:
+                sel = [(y, s[method]) for q, y, s in per_pair if q["split"] == split and test(q)]
+                if not sel:
+                    continue
+                y = np.concatenate([a for a, _ in sel])
+                s = np.concatenate([b for _, b in sel])
+                mean, mixed = within_auroc([b for _, b in sel], [a for a, _ in sel])
+                rows.append({"split": split, "method": method, "by": by, "group": group, "pairs": len(sel),
+                             "mixed": mixed, "tokens": len(y), "relevant": float(y.mean()) if len(y) else math.nan,
+                             "auroc_within": mean, "auroc_pooled": auroc(s, y), "f1": f1(s, y)})
+    return pd.DataFrame(rows), pd.DataFrame(within)
 
 
-def relevance_example(disc: Discriminator, pairs: list[dict], split: str = "test") -> list[dict]:
-    """RTT Table 6's analog: the discriminator's relevance over one response for each of its constraints.
+def relevance_examples(disc: Discriminator, pairs: list[dict], split: str = "instruction",
+                       success: float = 0.75) -> list[dict]:
+    """RTT Table 6's analog, chosen so that a reader sees where the discriminator works and where it does not: the
+    held-out pairs of `split` whose answer has both relevant and irrelevant tokens, preferring violated LOCAL
+    negative ones (their relevant tokens are the violating ones), are ranked by the discriminator's AUROC inside
+    the response; the best and the worst (one when there is a single candidate) are returned, each as {"auroc",
+    "verdict" ("success" when auroc >= `success`, else "failure"), "criteria" (the pair's), "caption", "rows"}; rows
+    has one dict per constraint of that response: criteria, class, satisfied, pieces (the answer's tokens as
+    text), p and labels (per piece)."""
+    held = [k for k, p in enumerate(pairs) if p["split"] == split]
+    encoded = {k: encode(disc, pairs[k]) for k in held}
 
-    The response is the first of `split` that has a satisfied and a violated constraint, preferring a minimal
-    modification whose violated constraint is LOCAL (its relevant tokens are a few, not all). One dict per
-    constraint: criteria, class, satisfied, pieces (the answer's tokens as text), p and labels (per piece)."""
-    responses: dict[tuple, list[dict]] = {}
-    for p in pairs:
-        if p["split"] == split:
-            responses.setdefault((p["instruction"], p["response"]), []).append(p)
+    def answer_labels(k):
+        e = encoded[k]
+        return np.asarray(e["labels"])[np.asarray(e["answer"], dtype=bool)]
 
-    def rank(group):
-        mixed = len({p["satisfied"] for p in group}) == 2
-        local = any(not p["satisfied"] and p["class"] != "global" for p in group)
-        return (not mixed, not local, group[0]["source"] != "modified")
-
-    group = min(responses.values(), key=rank)  # min keeps the first of equals: the order of the pairs
+    mixed = [k for k in held if 0 < answer_labels(k).sum() < len(answer_labels(k))]
+    violating = [k for k in mixed if pairs[k]["class"] == "local_negative" and not pairs[k]["satisfied"]]
+    candidates = violating or mixed
+    if not candidates:
+        return []
+    probs = disc.probabilities([(encoded[k]["ids"], encoded[k]["n_prompt"]) for k in candidates])
+    scored = [(auroc(p[np.asarray(encoded[k]["answer"], dtype=bool)], answer_labels(k)), k)
+              for k, p in zip(candidates, probs)]
+    best, worst = max(scored, key=lambda x: x[0]), min(scored, key=lambda x: x[0])
     out = []
-    for p in group:
-        e = encode(disc, p)
-        prob = disc.probabilities([(e["ids"], e["n_prompt"])])[0]
-        keep = [i for i, a in enumerate(e["answer"]) if a]
-        out.append({"criteria": p["criteria"], "class": p["class"], "satisfied": p["satisfied"],
-                    "pieces": [p["response"][a:b] for a, b in (e["offsets"][i] for i in keep)],
-                    "p": prob[keep], "labels": [e["labels"][i] for i in keep]})
+    for a, k in ([best, worst] if best[1] != worst[1] else [best]):
+        q = pairs[k]
+        what = ("tokens that violate" if q["class"] == "local_negative" and not q["satisfied"]
+                else "tokens relevant to")
+        verdict = "success" if a >= success else "failure"
+        rows = []
+        for p in pairs:  # every constraint of the same response
+            if p["instruction"] == q["instruction"] and p["response"] == q["response"]:
+                e = encode(disc, p)
+                prob = disc.probabilities([(e["ids"], e["n_prompt"])])[0]
+                answer = [t for t, x in enumerate(e["answer"]) if x]
+                rows.append({"criteria": p["criteria"], "class": p["class"], "satisfied": p["satisfied"],
+                             "pieces": [p["response"][s:t] for s, t in (e["offsets"][j] for j in answer)],
+                             "p": prob[answer], "labels": [e["labels"][j] for j in answer]})
+        out.append({"auroc": a, "verdict": verdict, "criteria": q["criteria"], "rows": rows,
+                    "caption": f"{verdict.upper()} ({'best' if k == best[1] else 'worst'} of {len(candidates)} "
+                               f"held-out candidates): within-response AUROC {a:.2f} for the {what} "
+                               f"\"{q['criteria']}\" (1 = every relevant token above every other, 0.5 = chance; "
+                               f"success means >= {success:g})"})
     return out
 
 
@@ -577,10 +733,9 @@ def train_discriminator(cfg: DiscConfig, policy_path, root, device: str = "cpu",
     disc = Discriminator.from_backbone(cfg.backbone or policy_path, seed=cfg.seed, device=device)
     encoded = [encode(disc, p, cfg.max_response_tokens) for p in pairs]
     train = [e for p, e in zip(pairs, encoded) if p["split"] == "train"]
-    held = [e for p, e in zip(pairs, encoded) if p["split"] == "test"]
+    held = [e for p, e in zip(pairs, encoded) if p["split"] != "train"]
     log = fit(disc, train, cfg.steps, cfg.batch_size, cfg.lr, cfg.seed, held, cfg.eval_every, progress)
-    test_pairs = [p for p in pairs if p["split"] == "test"]
-    table = evaluate(disc, test_pairs, held, seed=cfg.seed)
+    table, within = evaluate(disc, pairs, encoded, seed=cfg.seed)
     # Written beside, then renamed: a killed build never leaves a folder that looks finished.
     tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -588,6 +743,7 @@ def train_discriminator(cfg: DiscConfig, policy_path, root, device: str = "cpu",
     with open(tmp / "pairs.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps(p) + "\n" for p in pairs)
     (tmp / "eval.json").write_text(table.to_json(orient="records", indent=1))
+    (tmp / "within.json").write_text(within.to_json(orient="records", indent=1))
     disc.save_pretrained(tmp, config=asdict(cfg), policy=str(policy_path), log=log,
                          seconds={"data": round(t_data, 1), "total": round(time.time() - t0, 1)})
     os.replace(tmp, out)
@@ -595,7 +751,8 @@ def train_discriminator(cfg: DiscConfig, policy_path, root, device: str = "cpu",
 
 
 def load_report(path) -> dict:
-    """What train_discriminator saved beside the weights: config, policy, log, seconds, eval (a DataFrame), pairs."""
+    """What train_discriminator saved beside the weights: config, policy, log, seconds, eval and within (evaluate's
+    two DataFrames), pairs."""
     import pandas as pd
 
     from ifcore.jsonl import read_jsonl
@@ -603,6 +760,7 @@ def load_report(path) -> dict:
     path = Path(path)
     meta = json.loads((path / META_FILE).read_text())
     meta["eval"] = pd.DataFrame(json.loads((path / "eval.json").read_text()))
+    meta["within"] = pd.DataFrame(json.loads((path / "within.json").read_text()))
     meta["pairs"] = read_jsonl(path / "pairs.jsonl")
     return meta
 
@@ -630,7 +788,8 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
                      satisfied: list[list[bool]], response_adv, alpha: float, beta: float, tokenizer,
                      disc: Discriminator | None = None, rng: np.random.Generator | None = None,
                      batch_size: int = 32) -> tuple[torch.Tensor, float]:
-    """RTT-GRPO's [N, T] advantages (RTT eq. 7; ifcore.advantages.token_rtt) and the discriminator's seconds.
+    """RTT-GRPO's [N, T] advantages (RTT eq. 7: ifcore.advantages.token_rtt_groups, the same function the OpenRLHF
+    plug-in calls) and the discriminator's seconds: this wrapper adds only what needs the model, the relevance p.
 
     N = B * G responses in group order (rows g*G .. g*G + G - 1 answer prompt g); `mask` marks each response's
     tokens (its end-of-turn included); criteria[i] and satisfied[i] are response i's constraints and verdicts;
@@ -641,10 +800,8 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
     of [T_i, C] arrays."""
     if mode not in TOKEN_ADVANTAGES[1:]:
         raise ValueError(f"token_advantages: mode must be one of {TOKEN_ADVANTAGES[1:]}, got {mode!r}")
-    from ifcore.advantages import token_rtt
-
     adv = np.asarray(response_adv, dtype=float)
-    n, groups, size = len(criteria), adv.shape[0], adv.shape[1]
+    n, size = len(criteria), adv.shape[1]
     lengths = mask.sum(-1).tolist()
     scored = [torch.nonzero(row).flatten().tolist() for row in answer_tokens(tokenizer, response_ids, mask).cpu()]
     ids = response_ids.tolist()
@@ -660,21 +817,16 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
         relevance = [np.zeros((len(scored[i]), len(criteria[i]))) for i in range(n)]
         for (i, k), p in zip(pairs, probs):
             relevance[i][:, k] = p[scored[i]]  # answer tokens come before the cut, so p covers them
-    elif mode == "uniform":
-        relevance = [np.ones((len(scored[i]), len(criteria[i]))) for i in range(n)]
-    else:
-        if rng is None:
+    else:  # RTT Table 4's uniform and random weightings: one [T_i, C] array per response, in order
+        if mode == "random" and rng is None:
             raise ValueError("token_advantages='random' needs an rng")
-        relevance = [rng.random((len(scored[i]), len(criteria[i]))) for i in range(n)]
+        relevance = [r for i in range(n) for r in ablation_relevance(mode, [len(scored[i])], len(criteria[i]), rng)]
+    advs = token_rtt_groups(relevance, satisfied, adv, alpha=alpha, beta=beta,
+                            mode="inter" if mode == "rtt_inter" else "intra")
     out = torch.zeros(mask.shape, dtype=torch.float32)
-    for g in range(groups):
-        rows = range(g * size, (g + 1) * size)
-        sat = np.array([satisfied[i] for i in rows], dtype=bool)
-        advs = token_rtt([relevance[i] for i in rows], sat, adv[g], alpha=alpha, beta=beta,
-                         mode="inter" if mode == "rtt_inter" else "intra")
-        for i, a in zip(rows, advs):
-            out[i, :lengths[i]] = float(alpha * adv[g][i - g * size])
-            out[i, scored[i]] = torch.from_numpy(a).float()
+    for i, a in enumerate(advs):
+        out[i, :lengths[i]] = float(alpha * adv[i // size][i % size])  # outside the answer: alpha A_res
+        out[i, scored[i]] = torch.from_numpy(a).float()
     return out.to(mask.device), seconds
 
 
@@ -694,15 +846,17 @@ def saved_relevance(criteria: list[str], responses: list[list[int]]) -> list[np.
     return _saved_discriminator(path).relevance(criteria, responses)
 
 
-def llm_labels(model, criteria: list[str], responses: list[str], params=None, progress: bool = False) -> list[dict]:
+def llm_labels(model, criteria: list[str], responses: list[str], params=None, progress: bool = False,
+               prompt: str = "full") -> list[dict]:
     """RTT's LLM annotator (app. C.3-C.4): one annotation per (constraint text, response) pair, each
     ifcore.rtt_labels.parse_annotation's {"type", "spans", "unmatched"} (type None: the answer was not one of the
     three JSON forms, so the pair has no label). `model`: a registry name or folder, an ifcore.infer Local or an
-    Endpoint (vLLM, a hosted API); greedy by default, completions cached as every generation is."""
+    Endpoint (vLLM, a hosted API); greedy decoding by default, completions cached as every generation is.
+    `prompt`: "full" (the taxonomy prompt) or "greedy" (Table 4's Greedy annotator)."""
     from ifcore.infer.generate import GenParams, generate
 
     if len(criteria) != len(responses):
         raise ValueError(f"llm_labels: {len(criteria)} criteria for {len(responses)} responses")
-    answers = generate(model, [annotation_prompt(c, r) for c, r in zip(criteria, responses)],
+    answers = generate(model, [annotation_prompt(c, r, prompt) for c, r in zip(criteria, responses)],
                        params or GenParams(max_new_tokens=512), progress=progress)
     return [parse_annotation(a, r) for a, r in zip(answers, responses)]
