@@ -18,7 +18,9 @@ Needs the `train` extra (torch, transformers, tokenizers, tensorboard, tqdm); th
 # 2: the warm start's schedule is transformers' cosine-with-min-lr (warm-up from 0, decay after the warm-up).
 # 3: the warm start also teaches RAIF's CoT prompt (a plan in the think block, the answer in <answer> tags), in
 #    length-bucketed batches.
-TRAINER_VERSION = 3
+# 4: RAIF's no-think rollouts carry no gradient and dropped groups are skipped (issue 22); RTT's verifier relevance
+#    uses the paper's taxonomy by default.
+TRAINER_VERSION = 4
 
 
 def _default_policy():
