@@ -5,6 +5,7 @@ only the package __init__s and the GPU-only modules they reach (deepspeed, vllm,
 stubbed, and Ray itself by a synchronous stand-in (an object ref is its value)."""
 import copy
 import json
+import os
 import subprocess
 import sys
 import types
@@ -62,16 +63,12 @@ def _ray_remote(*args, **kwargs):
     return _Remote
 
 
-@pytest.fixture
-def openrlhf(wheel_dir, monkeypatch):
-    """Import the wheel's modules by name: packages without their __init__, GPU-only modules stubbed."""
-    for var in PLUGIN_ENV:
-        monkeypatch.delenv(var, raising=False)
-    for name in [m for m in sys.modules if m == "openrlhf" or m.startswith("openrlhf.")]:
-        monkeypatch.delitem(sys.modules, name)
+def stub_openrlhf(wheel_dir, setitem):
+    """Make the wheel's modules importable by name: packages without their __init__, GPU-only modules stubbed.
+    setitem(sys.modules, name, module): monkeypatch.setitem in a test, a plain assignment in a subprocess."""
     for pkg in ("", ".trainer", ".trainer.ppo_utils", ".trainer.ray", ".models", ".utils", ".utils.deepspeed"):
-        path = wheel_dir / pkg.lstrip(".").replace(".", "/")
-        monkeypatch.setitem(sys.modules, "openrlhf" + pkg, _module("openrlhf" + pkg, __path__=[str(path)]))
+        path = Path(wheel_dir) / pkg.lstrip(".").replace(".", "/")
+        setitem(sys.modules, "openrlhf" + pkg, _module("openrlhf" + pkg, __path__=[str(path)]))
     ray = _module("ray", remote=_ray_remote, get=lambda ref: ref, put=lambda x: x,
                   wait=lambda refs, num_returns=1, timeout=None: (refs[:num_returns], refs[num_returns:]))
     stubs = {"ray": ray, "deepspeed": _module("deepspeed"),
@@ -87,13 +84,24 @@ def openrlhf(wheel_dir, monkeypatch):
                                                         torch_dist_barrier_and_cuda_sync=None),
              "openrlhf.utils.vlm_utils": _module("x", merge_mm_train_inputs=None)}
     for name, module in stubs.items():
-        monkeypatch.setitem(sys.modules, name, module)
+        setitem(sys.modules, name, module)
     sys.modules["openrlhf.models"].__dict__.update(Actor=object, PolicyLoss=object, aggregate_loss=None)
     sys.modules["openrlhf.utils"].get_tokenizer = None
     sys.modules["openrlhf.utils.deepspeed"].DeepspeedStrategy = object
     from openrlhf.trainer.ppo_utils.replay_buffer import NaiveReplayBuffer  # noqa: the package's own name
 
     sys.modules["openrlhf.trainer.ppo_utils"].NaiveReplayBuffer = NaiveReplayBuffer
+
+
+@pytest.fixture
+def openrlhf(wheel_dir, monkeypatch):
+    """Import the wheel's modules by name: packages without their __init__, GPU-only modules stubbed."""
+    for var in PLUGIN_ENV:
+        monkeypatch.delenv(var, raising=False)
+    for name in [m for m in sys.modules if m == "openrlhf" or m.startswith("openrlhf.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # install()'s import hook ends with the test
+    stub_openrlhf(wheel_dir, monkeypatch.setitem)
     return sys.modules
 
 
@@ -613,6 +621,36 @@ def test_behaviour_cloning_adds_the_expert_nll(openrlhf_module, monkeypatch, tmp
     bad.write_text(json.dumps({"prompt": "p", "response": 3}) + "\n")
     with pytest.raises(Exception, match="bad.jsonl: row 1: prompt and response must be strings"):
         plugins.read_experts(str(bad))
+
+
+def test_install_imports_no_gpu_module_and_patches_on_import(wheel_dir, tmp_path):
+    # Ray runs the hook before it sets the worker's CUDA_VISIBLE_DEVICES: importing deepspeed there (ppo_actor,
+    # experience_maker) would initialize CUDA on every GPU and put every rank on GPU 0.
+    experts = tmp_path / "experts.jsonl"
+    experts.write_text(json.dumps({"prompt": "p", "response": "r"}) + "\n")
+    env = {"IFCORE_RTT_BETA": "0.5", "IFCORE_RTT_RELEVANCE": "uniform",
+           "IFCORE_RAIF_NOTHINK": "1", "IFCORE_BC_COEF": "0.1", "IFCORE_BC_DATA": str(experts)}
+    code = f"""
+import sys
+sys.path.insert(0, {str(REPO / "tests")!r})
+from ifcore.integrations.openrlhf_plugins import install
+names = install()
+gpu = [m for m in sys.modules if m.split(".")[0] in ("deepspeed", "vllm", "openrlhf")]
+assert not gpu, gpu
+from test_openrlhf_plugins import stub_openrlhf
+stub_openrlhf({str(wheel_dir)!r}, lambda d, k, v: d.__setitem__(k, v))
+from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+assert RemoteExperienceMaker.compute_advantages_and_returns._ifcore == ("rtt", "raif")
+assert SamplesGenerator.generate_samples._ifcore == ("raif",)
+assert ActorPPOTrainer.training_step._ifcore == ("bc",)
+print(names)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "ActorPPOTrainer.training_step" in done.stdout
 
 
 def test_plugins_import_no_trainer():

@@ -10,7 +10,9 @@ OpenRLHF afresh, so patching classes in the job's entrypoint would miss them. Ra
 
 `install` reads the environment and replaces, for each feature that is on, one method of an OpenRLHF class with a
 wrapper that calls the original (`method.__wrapped__` is the original; nothing is patched when every variable is
-unset, so the unpatched path is OpenRLHF's own):
+unset, so the unpatched path is OpenRLHF's own). It imports no OpenRLHF module: the hook runs before Ray sets the
+worker's CUDA_VISIBLE_DEVICES, and OpenRLHF's modules import deepspeed, which would initialize CUDA on every GPU;
+a sys.meta_path finder patches each class when OpenRLHF itself imports its module:
 
 - IFCORE_RTT_BETA=b (> 0): RemoteExperienceMaker.compute_advantages_and_returns runs OpenRLHF's, then adds
   b x A_tok (RTT eq. 7: ifcore.advantages.token_rtt_groups) to each response's answer tokens. Needs
@@ -51,6 +53,7 @@ import importlib
 import json
 import math
 import os
+import sys
 from functools import wraps
 
 import numpy as np
@@ -89,36 +92,72 @@ def _patch(cls, name: str, make, tag: str):
     setattr(cls, name, wrapper)
 
 
+EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
+SAMPLES_GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
+PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
+
+
+class _PatchOnImport:
+    """A sys.meta_path finder that patches a module's classes right after OpenRLHF imports the module. Why not
+    import it in the hook: ppo_actor and experience_maker import deepspeed, which initializes CUDA before Ray has
+    set the worker's CUDA_VISIBLE_DEVICES, so every rank would land on GPU 0."""
+
+    def __init__(self):
+        self.pending = {}  # module name -> [(class name, method, make, tag)], in install's order
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.pending:
+            return None
+        for finder in sys.meta_path:
+            spec = None if finder is self else getattr(finder, "find_spec", lambda *a: None)(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module):
+            exec_module(module)
+            for cls, method, make, tag in self.pending.pop(name, []):
+                _patch(getattr(module, cls), method, make, tag)
+
+        spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+_FINDER = _PatchOnImport()
+
+
 def install() -> list[str]:
-    """Ray's worker_process_setup_hook: patch the OpenRLHF classes of the features the environment turns on.
-    Returns the patched methods' names (empty when every IFCORE_RTT_/RAIF_/BC_ variable is unset)."""
-    patched = []
+    """Ray's worker_process_setup_hook: patch the OpenRLHF classes of the features the environment turns on, now
+    if OpenRLHF imported them already, else when it imports them (never importing OpenRLHF, deepspeed or vllm
+    here). Returns the patched methods' names (empty when every IFCORE_RTT_/RAIF_/BC_ variable is unset)."""
+    patches = []  # (module, class, method, make, tag)
     if os.environ.get("IFCORE_RAIF_FILTER"):
         raise ValueError("IFCORE_RAIF_FILTER is gone: RAIF's GRPO baseline samples no no-think rollouts (unset "
                          "IFCORE_RAIF_NOTHINK); IFCORE_RAIF_REFILL=on is what replaced dropped groups")
     beta = _env_float("IFCORE_RTT_BETA")
     if beta:
-        from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-
-        relevance_fn = _relevance_fn(os.environ.get("IFCORE_RTT_RELEVANCE") or "verifier")
+        spec = os.environ.get("IFCORE_RTT_RELEVANCE") or "verifier"
+        _relevance_fn(spec, load=False)  # a bad spec fails here; a module:function loads with the class
         mode = os.environ.get("IFCORE_RTT_MODE") or "intra"
         if mode not in ("intra", "inter"):
             raise ValueError(f"IFCORE_RTT_MODE must be 'intra' or 'inter', got {mode!r}")
         labels = os.environ.get("IFCORE_RTT_LABELS") or "paper"
         if labels not in LABELS:
             raise ValueError(f"IFCORE_RTT_LABELS must be one of {', '.join(LABELS)}, got {labels!r}")
-        _patch(RemoteExperienceMaker, "compute_advantages_and_returns",
-               lambda original: lambda self, experiences: add_rtt(
-                   self, original(self, experiences), beta, relevance_fn, mode, labels), "rtt")
-        patched.append("RemoteExperienceMaker.compute_advantages_and_returns")
+
+        def rtt(original):
+            relevance_fn = _relevance_fn(spec)
+            return lambda self, experiences: add_rtt(self, original(self, experiences), beta, relevance_fn, mode,
+                                                     labels)
+
+        patches.append((EXPERIENCE_MAKER, "RemoteExperienceMaker", "compute_advantages_and_returns", rtt, "rtt"))
     nothink = os.environ.get("IFCORE_RAIF_NOTHINK")
     if nothink:
         if not nothink.isdigit() or int(nothink) < 1:
             raise ValueError(f"IFCORE_RAIF_NOTHINK must be a positive integer (no-think rollouts per group), "
                              f"got {nothink!r}")
-        from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
-        from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
-
         suffix = os.environ.get("IFCORE_RAIF_NOTHINK_SUFFIX", NOTHINK_SUFFIX)
         test = os.environ.get("IFCORE_RAIF_TEST") or "group"
         if test not in ("group", "reference", "group+reference"):
@@ -126,11 +165,10 @@ def install() -> list[str]:
         refill = {"on": True, "off": False}.get(os.environ.get("IFCORE_RAIF_REFILL") or "off")
         if refill is None:
             raise ValueError(f"IFCORE_RAIF_REFILL must be 'on' or 'off', got {os.environ['IFCORE_RAIF_REFILL']!r}")
-        _patch(SamplesGenerator, "generate_samples",
-               lambda original: _paired_generate(original, int(nothink), suffix, test, refill), "raif")
-        _patch(RemoteExperienceMaker, "compute_advantages_and_returns",
-               lambda original: lambda self, experiences: mask_untrained(original(self, experiences)), "raif")
-        patched += ["SamplesGenerator.generate_samples", "RemoteExperienceMaker.compute_advantages_and_returns"]
+        patches += [(SAMPLES_GENERATOR, "SamplesGenerator", "generate_samples",
+                     lambda original: _paired_generate(original, int(nothink), suffix, test, refill), "raif"),
+                    (EXPERIENCE_MAKER, "RemoteExperienceMaker", "compute_advantages_and_returns",
+                     lambda original: lambda self, experiences: mask_untrained(original(self, experiences)), "raif")]
     coef = _env_float("IFCORE_BC_COEF")
     if coef:
         path = os.environ.get("IFCORE_BC_DATA")
@@ -140,18 +178,23 @@ def install() -> list[str]:
         batch = os.environ.get("IFCORE_BC_BATCH", "4")
         if not batch.isdigit() or int(batch) < 1:
             raise ValueError(f"IFCORE_BC_BATCH must be a positive integer, got {batch!r}")
-        from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
-
         experts = read_experts(path)
-        _patch(ActorPPOTrainer, "training_step", lambda original: _bc_training_step(original, coef, experts,
-                                                                                     int(batch)), "bc")
-        patched.append("ActorPPOTrainer.training_step")
-    return patched
+        patches.append((PPO_ACTOR, "ActorPPOTrainer", "training_step",
+                        lambda original: _bc_training_step(original, coef, experts, int(batch)), "bc"))
+    _FINDER.pending = {}  # this call's features only (a test's install after another's)
+    for module, cls, method, make, tag in patches:
+        if module in sys.modules:
+            _patch(getattr(sys.modules[module], cls), method, make, tag)
+        else:
+            _FINDER.pending.setdefault(module, []).append((cls, method, make, tag))
+    if _FINDER.pending and _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
+    return [f"{cls}.{method}" for _, cls, method, _, _ in patches]
 
 
 # ---- RTT: token advantages on top of OpenRLHF's group_norm ------------------------------------------------------
 
-def _relevance_fn(spec: str):
+def _relevance_fn(spec: str, load: bool = True):
     if spec == "verifier":
         return None
     if spec in ("uniform", "random"):  # RTT Table 4's weightings, as the embedded trainer draws them
@@ -165,7 +208,7 @@ def _relevance_fn(spec: str):
     if not name:
         raise ValueError(f"IFCORE_RTT_RELEVANCE must be 'verifier', 'uniform', 'random' or 'module:function', "
                          f"got {spec!r}")
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(module), name) if load else None
 
 
 def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_fn=None, where: str = "sample",
