@@ -211,6 +211,35 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
     argv = shlex.split(spec["entrypoint"])
     assert "--data.apply_chat_template" not in argv and "--algo.dynamic_filtering_enable" not in argv  # no refill
     assert argv[argv.index("--data.max_samples") + 1] == "6" and argv[argv.index("--train.num_episodes") + 1] == "1"
+    longest = max(len(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"])
+                  for r in read_jsonl(files["prompt_data"]) + read_jsonl(files["eval_data"]))
+    assert files["max_prompt_len"] == longest
+    assert int(argv[argv.index("--data.max_len") + 1]) == longest + cfg["max_new_tokens"]
+
+
+def test_max_len_fits_the_models_positions(tmp_path):
+    # --data.max_len is vLLM's max_model_len: the default warm-start policy has 512 positions
+    model = tmp_path / "policy"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    cfg = asdict(load_config(None, max_new_tokens=64))
+
+    def max_len(**kw):
+        argv = openrlhf.command(cfg | kw.pop("cfg", {}), "/cluster/runs/x", model=str(model),
+                                prompt_data="/cluster/train.jsonl", n_prompts=4000, **kw)
+        return int(argv[argv.index("--data.max_len") + 1])
+
+    assert max_len() == 512  # no prompt length given: the model's window
+    assert max_len(max_prompt_len=400) == 464
+    with pytest.raises(ValueError, match="max_new_tokens: 64 new tokens after prompts of up to 449 tokens need 513 "
+                                         "positions, but .* has max_position_embeddings 512"):
+        max_len(max_prompt_len=449)
+    with pytest.raises(ValueError, match="max_position_embeddings 512"):
+        max_len(cfg={"max_new_tokens": 512})
+    tiny = json.loads((TINY / "config.json").read_text())["max_position_embeddings"]
+    argv = openrlhf.command(cfg, "/cluster/runs/x", model=str(TINY), prompt_data="/cluster/train.jsonl",
+                            n_prompts=4000)
+    assert int(argv[argv.index("--data.max_len") + 1]) == min(1024 + 64, tiny)
 
 
 def test_an_rtt_run_hands_its_discriminator_to_the_plugins(tmp_path, monkeypatch):

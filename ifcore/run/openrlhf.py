@@ -22,7 +22,7 @@ TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
 | lr, weight_decay, max_grad_norm | `--actor.adam.lr`, `--actor.adam.weight_decay`, `--actor.max_norm`; constant schedule, no warmup |
 | clip_eps | `--actor.eps_clip`; loss `seq-mean-token-mean` (each response's tokens averaged, then the responses) |
 | kl_coef | `--algo.kl.use_loss --algo.kl.estimator k3 --algo.kl.init_coef` |
-| max_new_tokens | `--rollout.max_new_tokens`; `--data.max_len` = max_prompt_len + max_new_tokens |
+| max_new_tokens | `--rollout.max_new_tokens`; `--data.max_len` = the longest prompt + max_new_tokens, refused beyond the model's max_position_embeddings |
 | temperature, top_p | `--rollout.temperature`, `--rollout.top_p` (and `--eval.temperature`) |
 | seed | `--train.seed` |
 | eval_every, eval_samples | `--eval.steps`, `--eval.n_samples_per_prompt` (with eval_data) |
@@ -122,7 +122,7 @@ def _episodes(steps: int, per_step: int, rows: int) -> tuple[int, int]:
 
 
 def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: str, eval_data: str | None = None,
-            n_prompts: int | None = None, max_prompt_len: int = 1024, chat_template: bool = True,
+            n_prompts: int | None = None, max_prompt_len: int | None = None, chat_template: bool = True,
             gpus_per_node: int = 8, nodes: int = 1, vllm_engines: int | None = None, vllm_tp: int = 1,
             run_name: str | None = None, rtt_relevance: str | None = None, extra: list[str] = ()) -> list[str]:
     """The `python3 -m openrlhf.cli.train_ppo_ray` argv training what `ifcore train` trains with TrainConfig `cfg`
@@ -132,8 +132,10 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
     grpo.resolve_paths(cfg)["model"]). prompt_data / eval_data: JSONL {prompt, label} files the cluster sees;
     n_prompts: prompt_data's row count (read from the file when None). chat_template: the prompts are instructions
     that OpenRLHF wraps in the model's chat template; False: they are already the rollout prompts (RAIF's CoT
-    prompt, or think false: ifcore.train.grpo._prompt wrote them). Raises ValueError naming a field with no
-    OpenRLHF counterpart.
+    prompt, or think false: ifcore.train.grpo._prompt wrote them). max_prompt_len: the longest prompt in tokens
+    (job_files counts it); `--data.max_len` = max_prompt_len + max_new_tokens is vLLM's max_model_len, so a model
+    folder with a config.json here is checked against its max_position_embeddings (default: 1024, capped there).
+    Raises ValueError naming a field with no OpenRLHF counterpart.
     """
     model = model or cfg.get("model")
     if not model:
@@ -148,6 +150,18 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
     if cfg["lora_r"] and cfg["lora_alpha"] != int(cfg["lora_alpha"]):
         raise ValueError(f"lora_alpha: OpenRLHF takes an integer, got {cfg['lora_alpha']}")
     plugins = plugin_env(cfg, rtt_relevance)
+    # --data.max_len becomes vLLM's max_model_len, which vLLM refuses beyond the model's positions.
+    config = Path(model) / "config.json"
+    positions = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings") \
+        if config.is_file() else None
+    new_tokens = cfg["max_new_tokens"]
+    max_len = (max_prompt_len or 1024) + new_tokens
+    if positions and max_prompt_len is None:
+        max_len = min(max_len, positions)
+    if positions and (max_len > positions or new_tokens >= positions):
+        raise ValueError(f"max_new_tokens: {new_tokens} new tokens after prompts of up to "
+                         f"{max_prompt_len or 1024} tokens need {(max_prompt_len or 1024) + new_tokens} positions, "
+                         f"but {model} has max_position_embeddings {positions}")
     if n_prompts is None:
         with open(prompt_data, "rb") as f:
             n_prompts = sum(1 for line in f if line.strip())
@@ -177,7 +191,7 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
             "--train.num_episodes", str(episodes), "--data.max_samples", str(max_samples),
             "--data.prompt_dataset", str(prompt_data), "--data.input_key", "prompt", "--data.label_key", "label",
             *(["--data.apply_chat_template"] if chat_template else []),
-            "--data.max_len", str(max_prompt_len + cfg["max_new_tokens"]),
+            "--data.max_len", str(max_len),
             "--rollout.max_new_tokens", str(cfg["max_new_tokens"]),
             "--rollout.temperature", repr(float(cfg["temperature"])), "--rollout.top_p", repr(float(cfg["top_p"])),
             "--actor.adam.lr", repr(float(cfg["lr"])), "--actor.adam.weight_decay", repr(float(cfg["weight_decay"])),
@@ -213,7 +227,8 @@ def job_files(cfg: dict, run_dir) -> dict:
     prompt formatted exactly as the embedded trainer's rollout prompt (grpo._prompt: the chat template, RAIF's CoT
     prompt, the empty think block), and with bc_coef expert.jsonl (the prompt formatted, the response ending with
     the EOS text), as the plug-ins read it. Returns the keyword arguments of job_spec: cfg (bc_data pointing at
-    that file), model, prompt_data, eval_data, n_prompts, chat_template False and think_gate (the embedded
+    that file), model, prompt_data, eval_data, n_prompts, max_prompt_len (the longest prompt in the policy's
+    tokens, train and eval), chat_template False and think_gate (the embedded
     trainer's format gate for this tokenizer). The folder must be one the cluster sees, as must the model."""
     from transformers import AutoTokenizer
 
@@ -240,10 +255,11 @@ def job_files(cfg: dict, run_dir) -> dict:
         if AutoTokenizer.from_pretrained(config.rtt_discriminator).get_vocab() != tokenizer.get_vocab():
             raise ValueError(f"rtt_discriminator: the tokenizer of {config.rtt_discriminator} differs from the "
                              "policy's (RTT's discriminator reads the policy's token ids)")
-    train_rows = prompts(paths["train_data"])
+    train_rows, eval_rows = prompts(paths["train_data"]), prompts(paths["test_data"], config.eval_prompts)
+    longest = max(len(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"]) for r in train_rows + eval_rows)
     files = {"cfg": dict(cfg), "model": paths["model"], "prompt_data": write("train.jsonl", train_rows),
-             "eval_data": write("test.jsonl", prompts(paths["test_data"], config.eval_prompts)),
-             "n_prompts": len(train_rows), "chat_template": False, "think_gate": _think_mode(config, tokenizer)}
+             "eval_data": write("test.jsonl", eval_rows), "n_prompts": len(train_rows), "max_prompt_len": longest,
+             "chat_template": False, "think_gate": _think_mode(config, tokenizer)}
     if config.bc_coef:  # RAIF eq. 8: the prompt as the embedded trainer builds it for an expert pair
         experts = [{"prompt": raif_prompt(tokenizer, r["prompt"]) if config.reward == "raif"
                     else chat_prompt(tokenizer, r["prompt"], think=True),
