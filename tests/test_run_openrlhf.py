@@ -14,6 +14,8 @@ from pathlib import Path
 
 import papermill
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ifcore.run import curves, openrlhf
 from ifcore.run.curves import read_curves
@@ -215,6 +217,23 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
                   for r in read_jsonl(files["prompt_data"]) + read_jsonl(files["eval_data"]))
     assert files["max_prompt_len"] == longest
     assert int(argv[argv.index("--data.max_len") + 1]) == longest + cfg["max_new_tokens"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(prompts=st.integers(1, 40), group=st.integers(2, 8), micro=st.integers(1, 16), gpus=st.sampled_from([1, 2, 4, 8]))
+def test_batch_sizes_satisfy_deepspeeds_identity(prompts, group, micro, gpus):
+    # DeepSpeed asserts train_batch_size == micro x accumulation x GPUs; the wheel's deepspeed.py floors the
+    # accumulation (train_batch // micro // world), so e.g. 12 rollouts on 8 GPUs crashed at initialization.
+    cfg = asdict(load_config(None, prompts_per_step=prompts, group_size=group, micro_batch=micro))
+    if prompts * group % gpus:
+        with pytest.raises(ValueError, match=f"prompts_per_step: .* {prompts * group} rollouts per step do not "
+                                             f"split evenly over {gpus} GPUs"):
+            _command(cfg, gpus_per_node=gpus)
+        return
+    _, args = openrlhf.parse(_command(cfg, gpus_per_node=gpus)[3:])
+    mb, train = args.train.micro_batch_size, args.train.batch_size
+    accumulation = train // mb // gpus  # the wheel's own formula
+    assert train == mb * accumulation * gpus and 1 <= mb <= micro and args.rollout.micro_batch_size == mb
 
 
 def test_max_len_fits_the_models_positions(tmp_path):

@@ -17,7 +17,7 @@ TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
 | group_size | `--rollout.n_samples_per_prompt`, `--algo.advantage.estimator group_norm` |
 | prompts_per_step | `--rollout.batch_size`; `--train.batch_size` = prompts_per_step x group_size (one optimizer step per epoch, as the embedded trainer) |
 | ppo_epochs | `--train.max_epochs` |
-| micro_batch | `--train.micro_batch_size`, `--rollout.micro_batch_size` (at most the step's rollouts per GPU) |
+| micro_batch | `--train.micro_batch_size`, `--rollout.micro_batch_size`: the largest divisor of the step's rollouts per GPU up to micro_batch (DeepSpeed's train batch = micro x accumulation x GPUs; rollouts per step not a multiple of the GPUs are refused) |
 | steps | `--data.max_samples` x `--train.num_episodes` = steps x prompts_per_step (exactly `steps` global steps) |
 | lr, weight_decay, max_grad_norm | `--actor.adam.lr`, `--actor.adam.weight_decay`, `--actor.max_norm`; constant schedule, no warmup |
 | clip_eps | `--actor.eps_clip`; loss `seq-mean-token-mean` (each response's tokens averaged, then the responses) |
@@ -171,8 +171,17 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
     engines = vllm_engines or max(1, gpus // vllm_tp)
     if engines * vllm_tp != gpus:  # train_ppo_ray.train()'s check for colocated models
         raise ValueError(f"vllm_engines: {engines} engines x tensor parallel {vllm_tp} must equal the {gpus} GPUs")
-    # Sequences per forward per GPU: every GPU needs at least one micro-batch of the step's rollouts.
-    micro = str(max(1, min(cfg["micro_batch"], cfg["prompts_per_step"] * cfg["group_size"] // gpus)))
+    # DeepSpeed asserts train_batch_size = micro x accumulation steps x GPUs (OpenRLHF's utils/deepspeed/
+    # deepspeed.py computes the accumulation by floor division): the step's rollouts split evenly over the GPUs,
+    # then into equal micro-batches of at most micro_batch sequences.
+    rollouts = cfg["prompts_per_step"] * cfg["group_size"]
+    if rollouts % gpus:
+        raise ValueError(f"prompts_per_step: {cfg['prompts_per_step']} prompts x group_size {cfg['group_size']} = "
+                         f"{rollouts} rollouts per step do not split evenly over {gpus} GPUs (DeepSpeed's "
+                         "train batch = micro-batch x accumulation steps x GPUs)")
+    if cfg["micro_batch"] < 1:
+        raise ValueError(f"micro_batch: must be >= 1, got {cfg['micro_batch']}")
+    micro = str(max(d for d in range(1, min(cfg["micro_batch"], rollouts // gpus) + 1) if rollouts // gpus % d == 0))
     argv = ["python3", "-m", "openrlhf.cli.train_ppo_ray",
             "--actor.num_nodes", str(nodes), "--actor.num_gpus_per_node", str(gpus_per_node),
             "--ref.num_nodes", str(nodes), "--ref.num_gpus_per_node", str(gpus_per_node),
