@@ -217,6 +217,12 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
                   for r in read_jsonl(files["prompt_data"]) + read_jsonl(files["eval_data"]))
     assert files["max_prompt_len"] == longest
     assert int(argv[argv.index("--data.max_len") + 1]) == longest + cfg["max_new_tokens"]
+    # a label without constraints (the schema allows it): the reward function and the RTT plug-in refuse it, so
+    # the job is refused before it is submitted, not when a worker meets the row
+    with data.open("a") as f:
+        f.write(json.dumps({"prompt": "Say anything.", "label": json.dumps({"constraints": []})}) + "\n")
+    with pytest.raises(ValueError, match=r"rows.jsonl: row 7 label: no constraints"):
+        openrlhf.job_files(cfg, tmp_path / "run2")
 
 
 @settings(max_examples=40, deadline=None)

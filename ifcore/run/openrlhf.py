@@ -238,9 +238,11 @@ def job_files(cfg: dict, run_dir) -> dict:
     the EOS text), as the plug-ins read it. Returns the keyword arguments of job_spec: cfg (bc_data pointing at
     that file), model, prompt_data, eval_data, n_prompts, max_prompt_len (the longest prompt in the policy's
     tokens, train and eval), chat_template False and think_gate (the embedded
-    trainer's format gate for this tokenizer). The folder must be one the cluster sees, as must the model."""
+    trainer's format gate for this tokenizer). A row whose label has no constraints is refused (OpenRLHF's reward
+    function cannot score it). The folder must be one the cluster sees, as must the model."""
     from transformers import AutoTokenizer
 
+    from ifcore.integrations import load_constraints
     from ifcore.jsonl import read_jsonl
     from ifcore.train.grpo import _prompt, _think_mode, load_config, resolve_paths
     from ifcore.train.model import chat_prompt
@@ -257,8 +259,12 @@ def job_files(cfg: dict, run_dir) -> dict:
         return str(out / name)
 
     def prompts(path: str, limit: int | None = None) -> list[dict]:
-        return [{"prompt": _prompt(tokenizer, r["prompt"], config), "label": r["label"]}
-                for r in read_jsonl(path, required=("prompt", "label"))[:limit]]
+        rows = read_jsonl(path, required=("prompt", "label"))[:limit]
+        for n, r in enumerate(rows, 1):
+            # The reward function and the RTT plug-in refuse a label without constraints: the job would die at
+            # its first rollout (OpenRLHF swallows the reward error and fails later, far from the cause).
+            load_constraints(r["label"], f"{path}: row {n} label")
+        return [{"prompt": _prompt(tokenizer, r["prompt"], config), "label": r["label"]} for r in rows]
 
     if config.token_advantages in ("rtt", "rtt_inter"):  # RTT's discriminator reads the policy's token ids
         if AutoTokenizer.from_pretrained(config.rtt_discriminator).get_vocab() != tokenizer.get_vocab():
