@@ -299,6 +299,31 @@ def test_verifier_relevance_marks_the_evidence(openrlhf_module):
     assert plugins.response_relevance(TOK, [TOK.EOS_ID, 0, 80], LABEL, opts())[0] == []
 
 
+def test_judged_constraints_are_left_out_of_rtt(openrlhf_module):
+    # The reward function's judge verdicts cannot reach the plug-in, and score_response without a judge counts a
+    # judged constraint violated: with a discriminator (p > 0) that pushed down the tokens that satisfied it.
+    module, plugins = openrlhf_module
+    from ifcore.integrations import settings as opts
+
+    judged = {"text": "Sound calm.", "judge": True}
+    mixed = json.loads(LABEL)
+    mixed["constraints"].insert(1, judged)
+    ids = TOK("The river runs.\n\nA heron waits by the river." + TOK.EOS)["input_ids"]
+    for fn in (None, fake_relevance):
+        want = plugins.response_relevance(TOK, ids, LABEL, opts(), fn)
+        scored, p, satisfied = plugins.response_relevance(TOK, ids, json.dumps(mixed), opts(), fn)
+        assert scored == want[0] and np.array_equal(p, want[1]) and satisfied == want[2]
+        assert plugins.response_relevance(TOK, ids, json.dumps({"constraints": [judged]}), opts(), fn)[0] == []
+    only_judged = json.dumps({"constraints": [judged]})
+    samples = [_experience(module, "Q: a", t, r, label=only_judged)
+               for t, r in [("The river." + TOK.EOS, 1.0), ("heron" + TOK.EOS, 0.0)]]
+    maker = _maker(module, 2, 2)
+    original = module.RemoteExperienceMaker.compute_advantages_and_returns
+    plain = original(maker, _batches(maker, copy.deepcopy(samples)))
+    got = plugins.add_rtt(maker, original(maker, _batches(maker, samples)), 0.5, fake_relevance)
+    assert all(torch.equal(a.advantages, b.advantages) for a, b in zip(got, plain))  # OpenRLHF's advantage alone
+
+
 def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, monkeypatch, tmp_path):
     module, plugins = openrlhf_module
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker

@@ -19,8 +19,8 @@ a sys.meta_path finder patches each class when OpenRLHF itself imports its modul
   --algo.advantage.estimator group_norm. IFCORE_RTT_MODE: "intra" (default, RTT's intra-sample token
   normalization) or "inter" (the inter-sample ablation). The relevance p comes from IFCORE_RTT_RELEVANCE:
   "verifier" (default) -- the verifier's evidence spans through RTT's taxonomy (ifcore.rtt_labels; the paper's
-  labels, or IFCORE_RTT_LABELS=scoped for the scope-restricted variant), exact for schema constraints and 0 for
-  judged ones --, "uniform" (p = 1: A_tok = 0, RTT's uniform ablation), "random"
+  labels, or IFCORE_RTT_LABELS=scoped for the scope-restricted variant) for the label's schema constraints;
+  judged ones are left out of every relevance, their verdict being the reward function's judge's --, "uniform" (p = 1: A_tok = 0, RTT's uniform ablation), "random"
   (p ~ U[0, 1] from a generator seeded by IFCORE_RTT_SEED, default 0: RTT's random ablation) or "module:function",
   a callable(criteria texts, response token ids) -> one array of p per response token (the signature of
   ifcore.train.rtt.Discriminator.relevance; ifcore.train.rtt:saved_relevance loads the discriminator saved at
@@ -215,11 +215,16 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
                        labels: str = "paper"):
     """(scored, p, satisfied) of one response: the indices into `ids` of its answer tokens (after the last
     </think>, before the first special token: the tokens ifcore.train.rtt.answer_tokens scores), p [len(scored), C]
-    and the verifier's verdicts. p is the verifier's relevance (RTT app. C.3 by `labels`, "paper" or "scoped"
+    and the verifier's verdicts, over the label's C schema constraints (judged ones are left out; a label of judged
+    constraints only gets no scored token). p is the verifier's relevance (RTT app. C.3 by `labels`, "paper" or "scoped"
     as ifcore.rtt_labels defines them: evidence spans mapped to tokens by the tokenizer's offsets), or
     relevance_fn's. A response whose text does not re-tokenize to `ids` gets no scored token (A_tok = 0:
     OpenRLHF's advantage alone)."""
-    constraints = load_constraints(label, f"label of {where}")
+    # Judged constraints (X15) have no columns: the reward function's judge verdict cannot reach this actor
+    # (one float per extra_logs key), and score_response without a judge would count them violated (Score -1).
+    constraints = [c for c in load_constraints(label, f"label of {where}") if not c.judge]
+    if not constraints:
+        return [], np.zeros((0, 0)), []
     special = set(tokenizer.all_special_ids)
     k = next((t for t, i in enumerate(ids) if i in special), len(ids))
     text = tokenizer.decode(ids[:k], skip_special_tokens=False)
@@ -235,7 +240,7 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
     scored = [t for t, (a, _) in enumerate(offsets) if a >= start]
     if relevance_fn is not None:
         probs = relevance_fn([criteria_text(c) for c in constraints], [list(ids)] * len(constraints))
-        p = np.stack([np.asarray(x, dtype=float)[scored] for x in probs], axis=1) if constraints else None
+        p = np.stack([np.asarray(x, dtype=float)[scored] for x in probs], axis=1)
     else:
         cols = []
         for c, v in zip(constraints, result["verdicts"]):
@@ -282,7 +287,7 @@ def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "int
 
 
 def _NO_JUDGE(prompt, text, answer, targets):
-    # Judged constraints give no spans, so no relevance: asking the judge again here would change nothing.
+    # settings() would otherwise build IFCORE_JUDGE_URL's judge in this actor; judged constraints are left out.
     return {"satisfied": None, "error": "not judged again for RTT relevance"}
 
 
