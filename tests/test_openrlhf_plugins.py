@@ -568,6 +568,31 @@ def test_the_reward_function_scores_no_think_rollouts_as_the_embedded_trainer(mo
     assert reward_func([cases[0][0] + cases[0][1]], [cases[0][0]], [label])["rewards"][0].item() == -1.0
 
 
+@pytest.mark.parametrize("gate", ["raif", "required", "auto", "none"])
+def test_no_think_rollouts_are_scored_as_the_embedded_trainer_under_every_gate(monkeypatch, gate):
+    # The job-wide IFCORE_THINK is the CoT rollouts' gate; "required" (a Qwen3-style template) failed the format
+    # of every no-think rollout, whose think block is in its prompt.
+    from ifcore.integrations import load_constraints
+    from ifcore.integrations.openrlhf_plugins import NOTHINK_SUFFIX
+    from ifcore.integrations.openrlhf_reward import reward_func
+    from ifcore.train.grpo import _score, load_config
+
+    reward = "raif" if gate == "raif" else "scopeif"
+    monkeypatch.setenv("IFCORE_REWARD", reward)
+    monkeypatch.setenv("IFCORE_THINK", gate)
+    label = json.dumps({"constraints": [{"scope": [], "target": {"count": "word"}, "range": {"max": 3}}]})
+    cfg = load_config(None, reward=reward)
+    prompt = "Q<|im_start|>assistant\n"
+    answer = "<answer>a b</answer>" if reward == "raif" else "a b"
+    got = reward_func([prompt + NOTHINK_SUFFIX + answer + "<|im_end|>"], [prompt + NOTHINK_SUFFIX], [label])
+    want = _score(answer, False, load_constraints(label, "label"), cfg, None, prompt + NOTHINK_SUFFIX, nothink=True)
+    assert got["rewards"][0].item() == pytest.approx(want["reward"]) and want["format_ok"]
+    assert got["extra_logs"]["format_fail"] == 0.0
+    if gate == "required":  # a CoT rollout still needs its closed think block
+        cot = reward_func([prompt + answer + "<|im_end|>"], [prompt], [label])
+        assert cot["extra_logs"]["format_fail"] == 1.0
+
+
 # ---- RAIF: behaviour cloning -------------------------------------------------------------------------------------
 
 class TinyActor(torch.nn.Module):

@@ -70,6 +70,10 @@ def reward_func(queries, prompts, labels, **kwargs):
             authors = os.environ.get("IFCORE_RAIF_NOTHINK_ACCURACY") == "authors"
             opts = {**opts, "nothink": "</think>" in head and not authors}
             response = head + response
+        elif "</think>" in think_prefix(prompt):
+            # A no-think rollout (the RAIF plug-in's empty think block ends its prompt): no think block to demand
+            # in the response, the embedded trainer's gate for it (think_gate(tokenizer, False)).
+            opts = {**opts, "think": "none"}
         result = score(response, constraints, opts, where, truncated=bool(eos) and not finished, prompt=prompt)
         rewards.append(result["reward"])
         # Dynamic filtering reads scores in [0, 1]: RAIF's [-3, 3] is mapped linearly, the others already are.
