@@ -516,6 +516,42 @@ def test_refill_replaces_dropped_groups_only_when_asked(openrlhf_module, monkeyp
         paired(gen, n_samples_per_prompt=3)
 
 
+def test_refill_is_bounded_and_never_trains_a_partial_batch(openrlhf_module):
+    # Unbounded refills emptied the loader: the last batch came back partial, and the wheel's trainer fails a
+    # batch with fewer micro-batches than actors ("Insufficient batch size") before the final save.
+    module, plugins = openrlhf_module
+    good, half, broken = ([True, True], True, True), ([True, False], True, True), ([False, False], False, True)
+    dropped, kept = [half, broken, good], [good, good, good]
+
+    def run(outcomes, refill, steps=0, step=0):
+        gen = _generator(module, 3, 2, list(outcomes), [LABEL] * len(outcomes), dynamic=True)
+        gen.vllm_engines = [FakeEngine(outcomes, plugins.NOTHINK_SUFFIX)]
+        gen._ifcore_step = step
+        paired = plugins._paired_generate(module.SamplesGenerator.generate_samples, 1, plugins.NOTHINK_SUFFIX,
+                                          "group", refill, steps)
+        samples, _, consumed, exhausted = paired(gen, n_samples_per_prompt=3)
+        return [s.prompts[0].removesuffix(plugins.NOTHINK_SUFFIX) for s in samples][::3], samples, consumed, \
+            exhausted, gen.vllm_engines[0].calls
+
+    # one round for a batch of 2: two replacements; p2, dropped too, stays in the batch without gradient
+    got, samples, consumed, exhausted, _ = run({"p0": dropped, "p1": dropped, "p2": dropped, "p3": kept,
+                                                "p4": kept}, 1)
+    assert sorted(got) == ["p2", "p3"] and consumed == 4 and not exhausted
+    assert [s.info["raif_train"].item() for s in samples if s.prompts[0].startswith("p2")] == [0, 0, 0]
+    got, _, consumed, _, _ = run({"p0": dropped, "p1": dropped, "p2": dropped, "p3": kept, "p4": kept}, 2)
+    assert sorted(got) == ["p3", "p4"] and consumed == 5  # two rounds: p2 replaced as well
+    # the loader runs out mid-batch: nothing to train, the episode ends (fit breaks; the model is saved)
+    got, _, consumed, exhausted, _ = run({"p0": dropped, "p1": kept}, 1)
+    assert got == [] and exhausted and consumed == 2
+    # IFCORE_RAIF_STEPS: after that many global steps, no more rollouts
+    got, _, consumed, exhausted, calls = run({"p0": kept, "p1": kept}, 1, steps=3, step=3)
+    assert (got, consumed, exhausted, calls) == ([], 0, True, [])
+    assert run({"p0": kept, "p1": kept}, 1, steps=3, step=2)[0] == ["p0", "p1"]
+    trainer = types.SimpleNamespace(samples_generator=types.SimpleNamespace())
+    step = plugins._count_steps(lambda self, samples, global_step: ({}, global_step + 1))
+    assert step(trainer, [], 6) == ({}, 7) and trainer.samples_generator._ifcore_step == 7
+
+
 def test_install_pairs_training_rollouts_only_and_masks_after_the_advantages(openrlhf_module, monkeypatch):
     module, plugins = openrlhf_module
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
@@ -540,7 +576,8 @@ def test_install_pairs_training_rollouts_only_and_masks_after_the_advantages(ope
     gen.generate_samples(n_samples_per_prompt=4)
     assert engine.calls == [("p0", 3), ("p0" + plugins.NOTHINK_SUFFIX, 1)]
     for var, value, message in [("IFCORE_RAIF_TEST", "pairs", "IFCORE_RAIF_TEST must be"),
-                                ("IFCORE_RAIF_REFILL", "yes", "IFCORE_RAIF_REFILL must be 'on' or 'off'"),
+                                ("IFCORE_RAIF_REFILL", "yes", "IFCORE_RAIF_REFILL must be 'off', 'on' or a number"),
+                                ("IFCORE_RAIF_STEPS", "-1", "IFCORE_RAIF_STEPS must be a number of steps"),
                                 ("IFCORE_RAIF_FILTER", "off", "IFCORE_RAIF_FILTER is gone")]:
         with monkeypatch.context() as m:
             m.setenv(var, value)

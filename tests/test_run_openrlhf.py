@@ -66,7 +66,8 @@ CONFIGS = _notebook_configs()
 
 def _command(cfg: dict, run: str = "/cluster/runs/x", **kw) -> list[str]:
     chat = cfg["reward"] != "raif"  # RAIF's CoT prompts are written formatted
-    return openrlhf.command(cfg, run, model="/cluster/policy", prompt_data="/cluster/train.jsonl", n_prompts=4000,
+    kw = {"n_prompts": 4000, **kw}
+    return openrlhf.command(cfg, run, model="/cluster/policy", prompt_data="/cluster/train.jsonl",
                             eval_data="/cluster/test.jsonl", chat_template=chat, **kw)
 
 
@@ -150,7 +151,18 @@ def test_unsupported_options_are_refused_by_name():
         _command(dict(by_arm["02/supcot"], superior_cot="reference", nothink_share=0.0))
     refill = _command(dict(by_arm["02/supcot"], refill_rounds=2))  # not in RAIF: through the dynamic filter
     assert refill[refill.index("--algo.dynamic_filtering_range") + 1:][:2] == ["-0.01", "1.01"]
-    assert openrlhf.reward_env(dict(by_arm["02/supcot"], refill_rounds=2))["IFCORE_RAIF_REFILL"] == "on"
+    env = openrlhf.reward_env(dict(by_arm["02/supcot"], refill_rounds=2))
+    assert (env["IFCORE_RAIF_REFILL"], env["IFCORE_RAIF_STEPS"]) == ("2", str(by_arm["02/supcot"]["steps"]))
+    # refills draw prompts beyond steps x prompts_per_step: every step gets prompts_per_step x 3 rows (the plug-ins
+    # stop after `steps`), whatever the file's length
+    for rows in (4000, 100, 48):
+        cfg = dict(by_arm["02/supcot"], refill_rounds=2)
+        _, args = openrlhf.parse(_command(cfg, n_prompts=rows)[3:])
+        per_step = cfg["prompts_per_step"] * 3
+        assert args.data.max_samples <= rows and args.data.max_samples % cfg["prompts_per_step"] == 0
+        assert args.data.max_samples // per_step * args.train.num_episodes >= cfg["steps"]
+    with pytest.raises(ValueError, match="refill_rounds: a step may draw 48 prompts, but the prompt file has only 47"):
+        _command(dict(by_arm["02/supcot"], refill_rounds=2), n_prompts=47)
     with pytest.raises(ValueError, match="^bc_data: "):
         _command(by_arm["02/supcot_bc"])
     plain = by_arm["03/scopeif"]

@@ -37,9 +37,11 @@ a sys.meta_path finder patches each class when OpenRLHF itself imports its modul
   group_norm then normalises all n rollouts, no-think ones included (as the authors' experience maker), and
   RemoteExperienceMaker.compute_advantages_and_returns clears the action mask of every rollout that does not train
   (no-think ones, a dropped group's, a failed per-sample test): no gradient, and out of the loss's token and sample
-  counts. IFCORE_RAIF_REFILL=on (NOT in RAIF): a dropped group gets the score -inf instead, so that OpenRLHF's
-  dynamic filter drops it and draws a replacement prompt (needs --algo.dynamic_filtering_enable, with a range
-  wider than [0, 1], e.g. `-0.01 1.01`). The reward function (IFCORE_THINK=raif) judges a no-think rollout's answer;
+  counts. IFCORE_RAIF_REFILL=R (NOT in RAIF; "on" is 1, "off" the default): up to R x --rollout.batch_size dropped
+  groups per step get the score -inf instead, so that OpenRLHF's dynamic filter drops each and draws a replacement
+  prompt (needs --algo.dynamic_filtering_enable, with a range wider than [0, 1], e.g. `-0.01 1.01`); a batch the
+  prompt loader could not fill ends the episode untrained, and IFCORE_RAIF_STEPS=S ends the run after S global
+  steps (refills draw prompts beyond S x batch, so the builder gives the run more). The reward function (IFCORE_THINK=raif) judges a no-think rollout's answer;
   IFCORE_RAIF_NOTHINK_ACCURACY=authors gives it -2 as the authors' code does.
 - IFCORE_BC_COEF=c (> 0) with IFCORE_BC_DATA=JSONL of {prompt, response}: RAIF eq. 8's behaviour cloning. 0.11
   removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward, the NLL
@@ -95,6 +97,7 @@ def _patch(cls, name: str, make, tag: str):
 EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 SAMPLES_GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
 PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
+PPO_TRAINER = "openrlhf.trainer.ppo_trainer"
 
 
 class _PatchOnImport:
@@ -162,11 +165,18 @@ def install() -> list[str]:
         test = os.environ.get("IFCORE_RAIF_TEST") or "group"
         if test not in ("group", "reference", "group+reference"):
             raise ValueError(f"IFCORE_RAIF_TEST must be 'group', 'reference' or 'group+reference', got {test!r}")
-        refill = {"on": True, "off": False}.get(os.environ.get("IFCORE_RAIF_REFILL") or "off")
+        raw = os.environ.get("IFCORE_RAIF_REFILL") or "off"
+        refill = {"on": 1, "off": 0}.get(raw, int(raw) if raw.isdigit() else None)
         if refill is None:
-            raise ValueError(f"IFCORE_RAIF_REFILL must be 'on' or 'off', got {os.environ['IFCORE_RAIF_REFILL']!r}")
+            raise ValueError(f"IFCORE_RAIF_REFILL must be 'off', 'on' or a number of rounds, got {raw!r}")
+        steps = os.environ.get("IFCORE_RAIF_STEPS") or "0"
+        if not steps.isdigit():
+            raise ValueError(f"IFCORE_RAIF_STEPS must be a number of steps (0: no limit), got {steps!r}")
+        if int(steps):  # the step limit reads the trainer's global step after each step
+            patches.append((PPO_TRAINER, "BasePPOTrainer", "train_step", _count_steps, "raif"))
         patches += [(SAMPLES_GENERATOR, "SamplesGenerator", "generate_samples",
-                     lambda original: _paired_generate(original, int(nothink), suffix, test, refill), "raif"),
+                     lambda original: _paired_generate(original, int(nothink), suffix, test, refill, int(steps)),
+                     "raif"),
                     (EXPERIENCE_MAKER, "RemoteExperienceMaker", "compute_advantages_and_returns",
                      lambda original: lambda self, experiences: mask_untrained(original(self, experiences)), "raif")]
     coef = _env_float("IFCORE_BC_COEF")
@@ -317,10 +327,9 @@ def _reference_count(label) -> float:
     return float(sum(ref)) if isinstance(ref, list) else float(ref or 0)
 
 
-def superior_cot_group(think: list[dict], nothink: list[dict], test: str = "group", refill: bool = False):
+def superior_cot_group(think: list[dict], nothink: list[dict], test: str = "group"):
     """One prompt's rollouts (CoT ones first), each with extra_logs raif_nothink, raif_keep (eq. 7's decision for
-    the group) and raif_train (whether it carries gradient), from ifcore.advantages.superior_cot_mask. With
-    `refill` (not in RAIF) a dropped group's scores are -inf instead, so that the dynamic filter replaces it."""
+    the group) and raif_train (whether it carries gradient), from ifcore.advantages.superior_cot_mask."""
     from ifcore.advantages import reference_superior, superior_cot_mask
 
     out = think + nothink
@@ -336,8 +345,6 @@ def superior_cot_group(think: list[dict], nothink: list[dict], test: str = "grou
     for r, nt, tr in zip(out, flags[0], train[0]):
         r["extra_logs"] = {**(r.get("extra_logs") or {}), "raif_nothink": float(nt), "raif_keep": float(keep[0]),
                            "raif_train": float(tr)}
-        if refill and not keep[0]:
-            r["scores"] = -math.inf
     return out
 
 
@@ -361,9 +368,8 @@ class _PairedEngine:
     """A vLLM engine handle whose generate_responses samples the group's last `nothink` rollouts with the no-think
     suffix and returns one object ref of the whole group, the superior-CoT test applied (a Ray task)."""
 
-    def __init__(self, engine, nothink: int, suffix: str, combine, test: str, refill: bool):
-        self.engine, self.nothink, self.suffix, self.combine = engine, nothink, suffix, combine
-        self.test, self.refill = test, refill
+    def __init__(self, engine, nothink: int, suffix: str, combine, test: str):
+        self.engine, self.nothink, self.suffix, self.combine, self.test = engine, nothink, suffix, combine, test
         self.generate_responses = self  # engine.generate_responses.remote(...) -> self.remote(...)
 
     def __getattr__(self, name):  # get_num_unfinished_requests and the rest: the engine's
@@ -376,27 +382,63 @@ class _PairedEngine:
             raise ValueError(f"IFCORE_RAIF_NOTHINK={self.nothink} leaves no CoT rollout in a group of {num_samples}")
         think = self.engine.generate_responses.remote(prompt=prompt, num_samples=num_samples - self.nothink, **kwargs)
         plain = self.engine.generate_responses.remote(prompt=prompt + self.suffix, num_samples=self.nothink, **kwargs)
-        return self.combine.remote(think, plain, self.test, self.refill)
+        return self.combine.remote(think, plain, self.test)
 
 
-def _paired_generate(original, nothink: int, suffix: str, test: str = "group", refill: bool = False):
-    """SamplesGenerator.generate_samples (the training rollouts) with paired engines."""
+def _paired_generate(original, nothink: int, suffix: str, test: str = "group", refill: int = 0, steps: int = 0):
+    """SamplesGenerator.generate_samples (the training rollouts) with paired engines. refill (NOT in RAIF): at most
+    refill x --rollout.batch_size dropped groups of a step get the score -inf, so that OpenRLHF's dynamic filter
+    draws a replacement prompt for each (the embedded trainer's refill_rounds bound; later ones stay in the batch
+    without gradient, as with refill off). Refills eat prompts beyond steps x batch, so a batch the loader could
+    not fill is not trained (the wheel's trainer would fail it: fewer micro-batches than actors) and ends the
+    episode, and steps > 0 ends the run after that many global steps (the builder gives refill runs more prompts)."""
     import ray
 
     combine = ray.remote(num_cpus=0)(superior_cot_group)
 
     def generate_samples(self, **generate_kwargs):
         if refill and not self.args.algo.dynamic_filtering_enable:
-            raise ValueError("IFCORE_RAIF_REFILL=on: dropped groups are replaced through OpenRLHF's dynamic filter; "
+            raise ValueError("IFCORE_RAIF_REFILL: dropped groups are replaced through OpenRLHF's dynamic filter; "
                              "add --algo.dynamic_filtering_enable")
-        engines = self.vllm_engines
-        self.vllm_engines = [_PairedEngine(e, nothink, suffix, combine, test, refill) for e in engines]
+        if steps and getattr(self, "_ifcore_step", 0) >= steps:
+            return [], None, 0, True
+        engines, process = self.vllm_engines, self._process_response_into_experience
+        self.vllm_engines = [_PairedEngine(e, nothink, suffix, combine, test) for e in engines]
+        n = generate_kwargs.get("n_samples_per_prompt", self.args.rollout.n_samples_per_prompt)
+        budget, seen, drop = refill * self.args.rollout.batch_size, 0, False
+
+        def process_with_refill(response, **kwargs):
+            # The responses of one prompt arrive together, n of them: decide once per group.
+            nonlocal budget, seen, drop
+            if seen % n == 0:
+                drop = budget > 0 and not (response.get("extra_logs") or {}).get("raif_keep", 1.0)
+                budget -= drop
+            seen += 1
+            return process({**response, "scores": -math.inf} if drop else response, **kwargs)
+
+        if refill:
+            self._process_response_into_experience = process_with_refill
         try:
-            return original(self, **generate_kwargs)
+            samples, rate, consumed, exhausted = original(self, **generate_kwargs)
         finally:
             self.vllm_engines = engines
+            self.__dict__.pop("_process_response_into_experience", None)
+        if refill and len(samples) < self.args.rollout.batch_size * n:
+            return [], rate, consumed, True  # the loader ran out mid-batch: fit ends the episode, the model is saved
+        return samples, rate, consumed, exhausted
 
     return generate_samples
+
+
+def _count_steps(original):
+    """BasePPOTrainer.train_step that tells the samples generator the global step (IFCORE_RAIF_STEPS' limit; a
+    resumed run's too, as fit restores it)."""
+    def train_step(self, rollout_samples, global_step):
+        status, global_step = original(self, rollout_samples, global_step)
+        self.samples_generator._ifcore_step = global_step
+        return status, global_step
+
+    return train_step
 
 
 # ---- RAIF: behaviour cloning (eq. 8) -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
 | prompts_per_step | `--rollout.batch_size`; `--train.batch_size` = prompts_per_step x group_size (one optimizer step per epoch, as the embedded trainer) |
 | ppo_epochs | `--train.max_epochs` |
 | micro_batch | `--train.micro_batch_size`, `--rollout.micro_batch_size`: the largest divisor of the step's rollouts per GPU up to micro_batch (DeepSpeed's train batch = micro x accumulation x GPUs; rollouts per step not a multiple of the GPUs are refused) |
-| steps | `--data.max_samples` x `--train.num_episodes` = steps x prompts_per_step (exactly `steps` global steps) |
+| steps | `--data.max_samples` x `--train.num_episodes` = steps x prompts_per_step (exactly `steps` global steps; with refill_rounds, more, and the plug-ins stop at `steps`) |
 | lr, weight_decay, max_grad_norm | `--actor.adam.lr`, `--actor.adam.weight_decay`, `--actor.max_norm`; constant schedule, no warmup |
 | clip_eps | `--actor.eps_clip`; loss `seq-mean-token-mean` (each response's tokens averaged, then the responses) |
 | kl_coef | `--algo.kl.use_loss --algo.kl.estimator k3 --algo.kl.init_coef` |
@@ -29,7 +29,7 @@ TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
 | save_every | `--ckpt.save_steps`, `--ckpt.save_hf`, `--ckpt.load_enable` (a rerun resumes) |
 | lora_r, lora_alpha, lora_targets | `--ds.lora.rank`, `--ds.lora.alpha`, `--ds.lora.target_modules` |
 | token_advantages, rtt_beta, rtt_discriminator | IFCORE_RTT_BETA of ifcore/integrations/openrlhf_plugins.py (worker_process_setup_hook); rtt and rtt_inter: IFCORE_RTT_RELEVANCE `ifcore.train.rtt:saved_relevance` with IFCORE_RTT_DISCRIMINATOR = rtt_discriminator (or the rtt_relevance given), rtt_inter also IFCORE_RTT_MODE inter; uniform and random: IFCORE_RTT_RELEVANCE uniform / random (IFCORE_RTT_SEED = seed); rtt_alpha != 1 refused by name |
-| superior_cot, nothink_share, refill_rounds, nothink_accuracy | IFCORE_RAIF_NOTHINK = round(nothink_share x group_size), IFCORE_RAIF_TEST = superior_cot (group or group+reference; reference alone refused: the embedded trainer's initial-policy fallback has no counterpart); refill_rounds > 0: IFCORE_RAIF_REFILL on with `--algo.dynamic_filtering_enable --algo.dynamic_filtering_range -0.01 1.01` (no round limit there); nothink_accuracy authors: IFCORE_RAIF_NOTHINK_ACCURACY |
+| superior_cot, nothink_share, refill_rounds, nothink_accuracy | IFCORE_RAIF_NOTHINK = round(nothink_share x group_size), IFCORE_RAIF_TEST = superior_cot (group or group+reference; reference alone refused: the embedded trainer's initial-policy fallback has no counterpart); refill_rounds > 0: IFCORE_RAIF_REFILL = refill_rounds (at most refill_rounds x prompts_per_step replacements a step) and IFCORE_RAIF_STEPS = steps with `--algo.dynamic_filtering_enable --algo.dynamic_filtering_range -0.01 1.01`, and `--data.max_samples` x `--train.num_episodes` leaving every step prompts_per_step x (1 + refill_rounds) rows; nothink_accuracy authors: IFCORE_RAIF_NOTHINK_ACCURACY |
 | bc_coef, bc_data, bc_batch | IFCORE_BC_COEF, IFCORE_BC_DATA (a file the cluster sees; required), IFCORE_BC_BATCH (per micro-batch) |
 | threads, generate_batch, warm_start, eval_prompts, output_dir | the embedded trainer's own (CPU threads, chunking, the default policy, the eval file's length, run_dir) |
 
@@ -90,8 +90,9 @@ def plugin_env(cfg: dict, rtt_relevance: str | None = None) -> dict[str, str]:
                              "rollouts: 'group' or 'group+reference')")
         env["IFCORE_RAIF_NOTHINK"] = str(round(cfg["nothink_share"] * cfg["group_size"]))
         env["IFCORE_RAIF_TEST"] = cfg["superior_cot"]
-        if cfg.get("refill_rounds"):  # not in RAIF: OpenRLHF's dynamic filter refills without a round limit
-            env["IFCORE_RAIF_REFILL"] = "on"
+        if cfg.get("refill_rounds"):  # not in RAIF: the dynamic filter refills, refill_rounds x prompts a step
+            env["IFCORE_RAIF_REFILL"] = str(cfg["refill_rounds"])
+            env["IFCORE_RAIF_STEPS"] = str(cfg["steps"])
         if cfg.get("nothink_accuracy") == "authors":
             env["IFCORE_RAIF_NOTHINK_ACCURACY"] = "authors"
     if cfg["bc_coef"]:
@@ -165,7 +166,18 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
     if n_prompts is None:
         with open(prompt_data, "rb") as f:
             n_prompts = sum(1 for line in f if line.strip())
-    max_samples, episodes = _episodes(cfg["steps"], cfg["prompts_per_step"], n_prompts)
+    refill = int(plugins.get("IFCORE_RAIF_REFILL", 0))
+    if refill:
+        # A step draws up to prompts_per_step x (1 + refill_rounds) prompts and an episode's last, unfilled batch is
+        # not trained: every step gets that many rows, and the plug-ins stop the run after `steps` (IFCORE_RAIF_STEPS).
+        per_step = cfg["prompts_per_step"] * (1 + refill)
+        max_samples = n_prompts // cfg["prompts_per_step"] * cfg["prompts_per_step"]
+        if max_samples < per_step:
+            raise ValueError(f"refill_rounds: a step may draw {per_step} prompts, but the prompt file has only "
+                             f"{n_prompts} rows")
+        episodes = -(-cfg["steps"] // (max_samples // per_step))
+    else:
+        max_samples, episodes = _episodes(cfg["steps"], cfg["prompts_per_step"], n_prompts)
     run = Path(run_dir)
     gpus = nodes * gpus_per_node
     engines = vllm_engines or max(1, gpus // vllm_tp)
