@@ -254,6 +254,18 @@ def test_batch_sizes_satisfy_deepspeeds_identity(prompts, group, micro, gpus):
     assert train == mb * accumulation * gpus and 1 <= mb <= micro and args.rollout.micro_batch_size == mb
 
 
+def test_the_entrypoint_runs_the_given_python(monkeypatch):
+    # Ray runs the entrypoint in the head's shell: a bare python3 may be an interpreter without openrlhf
+    cfg = CONFIGS[0][1]
+    monkeypatch.delenv("IFCORE_OPENRLHF_PYTHON", raising=False)
+    assert _command(cfg)[0] == "python3"
+    monkeypatch.setenv("IFCORE_OPENRLHF_PYTHON", "/opt/rl/bin/python")
+    assert _command(cfg)[0] == "/opt/rl/bin/python"
+    spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model="/cluster/policy", prompt_data="/cluster/train.jsonl",
+                             n_prompts=4000, chat_template=False, python="/venv/bin/python")
+    assert shlex.split(spec["entrypoint"])[:3] == ["/venv/bin/python", "-m", "openrlhf.cli.train_ppo_ray"]
+
+
 def test_max_len_fits_the_models_positions(tmp_path):
     # --data.max_len is vLLM's max_model_len: the default warm-start policy has 512 positions
     model = tmp_path / "policy"

@@ -25,7 +25,7 @@ TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
 | max_new_tokens | `--rollout.max_new_tokens`; `--data.max_len` = the longest prompt + max_new_tokens, refused beyond the model's max_position_embeddings |
 | temperature, top_p | `--rollout.temperature`, `--rollout.top_p` (and `--eval.temperature`) |
 | seed | `--train.seed` |
-| eval_every, eval_samples | `--eval.steps`, `--eval.n_samples_per_prompt` (with eval_data) |
+| eval_every, eval_samples | `--eval.steps`, `--eval.n_samples_per_prompt` (with eval_data); OpenRLHF evaluates at multiples of eval_every only, the embedded trainer also after the last step (evaluate_checkpoint scores RUN/model) |
 | save_every | `--ckpt.save_steps`, `--ckpt.save_hf`, `--ckpt.load_enable` (a rerun resumes) |
 | lora_r, lora_alpha, lora_targets | `--ds.lora.rank`, `--ds.lora.alpha`, `--ds.lora.target_modules` |
 | token_advantages, rtt_beta, rtt_discriminator | IFCORE_RTT_BETA of ifcore/integrations/openrlhf_plugins.py (worker_process_setup_hook); rtt and rtt_inter: IFCORE_RTT_RELEVANCE `ifcore.train.rtt:saved_relevance` with IFCORE_RTT_DISCRIMINATOR = rtt_discriminator (or the rtt_relevance given), rtt_inter also IFCORE_RTT_MODE inter; uniform and random: IFCORE_RTT_RELEVANCE uniform / random (IFCORE_RTT_SEED = seed); rtt_alpha != 1 refused by name |
@@ -44,6 +44,7 @@ import ast
 import contextlib
 import io
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -125,7 +126,8 @@ def _episodes(steps: int, per_step: int, rows: int) -> tuple[int, int]:
 def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: str, eval_data: str | None = None,
             n_prompts: int | None = None, max_prompt_len: int | None = None, chat_template: bool = True,
             gpus_per_node: int = 8, nodes: int = 1, vllm_engines: int | None = None, vllm_tp: int = 1,
-            run_name: str | None = None, rtt_relevance: str | None = None, extra: list[str] = ()) -> list[str]:
+            run_name: str | None = None, rtt_relevance: str | None = None, python: str | None = None,
+            extra: list[str] = ()) -> list[str]:
     """The `python3 -m openrlhf.cli.train_ppo_ray` argv training what `ifcore train` trains with TrainConfig `cfg`
     (a dict, e.g. dataclasses.asdict), checked by the pinned release's parser (ValueError naming a bad flag).
 
@@ -136,7 +138,10 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
     prompt, or think false: ifcore.train.grpo._prompt wrote them). max_prompt_len: the longest prompt in tokens
     (job_files counts it); `--data.max_len` = max_prompt_len + max_new_tokens is vLLM's max_model_len, so a model
     folder with a config.json here is checked against its max_position_embeddings (default: 1024, capped there).
-    Raises ValueError naming a field with no OpenRLHF counterpart.
+    python: the cluster's interpreter that has openrlhf (default $IFCORE_OPENRLHF_PYTHON, else `python3`): Ray
+    runs the entrypoint in a shell on the head, where a bare python3 is whichever comes first on the PATH `ray
+    start` had, maybe not the environment with openrlhf. Raises ValueError naming a field with no OpenRLHF
+    counterpart.
     """
     model = model or cfg.get("model")
     if not model:
@@ -194,7 +199,7 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
     if cfg["micro_batch"] < 1:
         raise ValueError(f"micro_batch: must be >= 1, got {cfg['micro_batch']}")
     micro = str(max(d for d in range(1, min(cfg["micro_batch"], rollouts // gpus) + 1) if rollouts // gpus % d == 0))
-    argv = ["python3", "-m", "openrlhf.cli.train_ppo_ray",
+    argv = [python or os.environ.get("IFCORE_OPENRLHF_PYTHON") or "python3", "-m", "openrlhf.cli.train_ppo_ray",
             "--actor.num_nodes", str(nodes), "--actor.num_gpus_per_node", str(gpus_per_node),
             "--ref.num_nodes", str(nodes), "--ref.num_gpus_per_node", str(gpus_per_node),
             "--vllm.num_engines", str(engines),
