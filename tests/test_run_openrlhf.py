@@ -192,6 +192,7 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
     rollout prompts, which the wheel's PromptDataset passes through unchanged without --data.apply_chat_template."""
     from transformers import AutoTokenizer
 
+    from ifcore.integrations.openrlhf_plugins import NOTHINK_SUFFIX
     from ifcore.jsonl import read_jsonl
     from ifcore.train.grpo import _prompt
 
@@ -227,8 +228,9 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
     assert argv[argv.index("--data.max_samples") + 1] == "6" and argv[argv.index("--train.num_episodes") + 1] == "1"
     longest = max(len(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"])
                   for r in read_jsonl(files["prompt_data"]) + read_jsonl(files["eval_data"]))
-    assert files["max_prompt_len"] == longest
-    assert int(argv[argv.index("--data.max_len") + 1]) == longest + cfg["max_new_tokens"]
+    suffix = len(tokenizer(NOTHINK_SUFFIX, add_special_tokens=False)["input_ids"])  # superior_cot's no-think prompts
+    assert files["max_prompt_len"] == longest + suffix
+    assert int(argv[argv.index("--data.max_len") + 1]) == longest + suffix + cfg["max_new_tokens"]
     # a label without constraints (the schema allows it): the reward function and the RTT plug-in refuse it, so
     # the job is refused before it is submitted, not when a worker meets the row
     with data.open("a") as f:

@@ -254,7 +254,7 @@ def job_files(cfg: dict, run_dir) -> dict:
     prompt, the empty think block), and with bc_coef expert.jsonl (the prompt formatted, the response ending with
     the EOS text), as the plug-ins read it. Returns the keyword arguments of job_spec: cfg (bc_data pointing at
     that file), model, prompt_data, eval_data, n_prompts, max_prompt_len (the longest prompt in the policy's
-    tokens, train and eval), chat_template False and think_gate (the embedded
+    tokens, train and eval, with the no-think suffix under superior_cot), chat_template False and think_gate (the embedded
     trainer's format gate for this tokenizer). A row whose label has no constraints is refused (OpenRLHF's reward
     function cannot score it). The folder must be one the cluster sees, as must the model."""
     from transformers import AutoTokenizer
@@ -289,6 +289,10 @@ def job_files(cfg: dict, run_dir) -> dict:
                              "policy's (RTT's discriminator reads the policy's token ids)")
     train_rows, eval_rows = prompts(paths["train_data"]), prompts(paths["test_data"], config.eval_prompts)
     longest = max(len(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"]) for r in train_rows + eval_rows)
+    if config.superior_cot != "off":  # the plug-ins append RAIF's empty think block to no-think prompts
+        from ifcore.integrations.openrlhf_plugins import NOTHINK_SUFFIX
+
+        longest += len(tokenizer(NOTHINK_SUFFIX, add_special_tokens=False)["input_ids"])
     files = {"cfg": dict(cfg), "model": paths["model"], "prompt_data": write("train.jsonl", train_rows),
              "eval_data": write("test.jsonl", eval_rows), "n_prompts": len(train_rows), "max_prompt_len": longest,
              "chat_template": False, "think_gate": _think_mode(config, tokenizer)}
