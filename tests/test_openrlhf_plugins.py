@@ -716,7 +716,8 @@ def test_install_imports_no_gpu_module_and_patches_on_import(wheel_dir, tmp_path
     experts = tmp_path / "experts.jsonl"
     experts.write_text(json.dumps({"prompt": "p", "response": "r"}) + "\n")
     env = {"IFCORE_RTT_BETA": "0.5", "IFCORE_RTT_RELEVANCE": "uniform",
-           "IFCORE_RAIF_NOTHINK": "1", "IFCORE_BC_COEF": "0.1", "IFCORE_BC_DATA": str(experts)}
+           "IFCORE_RAIF_NOTHINK": "1", "IFCORE_RAIF_REFILL": "1", "IFCORE_RAIF_STEPS": "3",
+           "IFCORE_BC_COEF": "0.1", "IFCORE_BC_DATA": str(experts)}
     code = f"""
 import sys
 sys.path.insert(0, {str(REPO / "tests")!r})
@@ -729,6 +730,11 @@ stub_openrlhf({str(wheel_dir)!r}, lambda d, k, v: d.__setitem__(k, v))
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+from test_openrlhf_plugins import _module
+sys.modules["openrlhf.datasets"] = _module("openrlhf.datasets", PromptDataset=object)
+sys.modules["openrlhf.datasets.utils"] = _module("openrlhf.datasets.utils", blending_datasets=None)
+from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+assert BasePPOTrainer.train_step._ifcore == ("raif",)
 assert RemoteExperienceMaker.compute_advantages_and_returns._ifcore == ("rtt", "raif")
 assert SamplesGenerator.generate_samples._ifcore == ("raif",)
 assert ActorPPOTrainer.training_step._ifcore == ("bc",)
@@ -737,7 +743,7 @@ print(names)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, **env, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
-    assert "ActorPPOTrainer.training_step" in done.stdout
+    assert "ActorPPOTrainer.training_step" in done.stdout and "BasePPOTrainer.train_step" in done.stdout
 
 
 def test_plugins_import_no_trainer():
