@@ -517,7 +517,8 @@ def conclusions(differences, types, formats, reasoning, model: str, threshold: f
     if "SDC" in formats.index:
         share = formats.loc["SDC", "reasoning from a think block"]
         lines.append(f"SDC: {100 * share:.0f}% of its second passes were shown a think block; the others were "
-                     "shown the whole first-pass output as 'reasoning'.")
+                     "shown the text None as the reasoning (as the authors' code writes a missing reasoning_content), "
+                     "so there SDC answers a second time without being shown any reasoning.")
     for (b, comparison), g in differences.groupby(["benchmark", "comparison"], sort=False):
         g = g[g["metric"] == MAIN[b]].set_index("view")
         views = list(g.index) if abs(g["diff"].iloc[0] - g["diff"].iloc[-1]) > 1e-9 else [g.index[0]]
@@ -541,10 +542,8 @@ def conclusions(differences, types, formats, reasoning, model: str, threshold: f
         if not r["with reasoning"]:
             lines.append(f"{mode}: no output carries reasoning to measure.")
             continue
-        whole = (mode == "SDC" and "SDC" in formats.index and formats.loc["SDC", "reasoning from a think block"] < 0.5)
         lines.append(f"{mode}: {int(r['with reasoning'])} outputs with reasoning"
-                     + (" (mostly whole first-pass outputs, not think blocks)" if whole else "")
-                     + f", median {r['reasoning words, median']:.0f} words; {100 * r[superficial]:.0f}% of them "
+                     f", median {r['reasoning words, median']:.0f} words; {100 * r[superficial]:.0f}% of them "
                      f"superficial (at least {100 * threshold:.0f}% of their word n-grams restate the instruction).")
     size = "SmolLM2-135M-Instruct, a 135M model," if "smollm2-135m" in str(model).lower() else str(model)
     lines.append(f"These are the numbers of one model: {size} does not behave like the paper's 1.5B-8B models (RAIF "
