@@ -17,6 +17,8 @@ before it runs the tool:
   a few file descriptors, no core dumps;
 - on x86_64 a seccomp filter: no new processes or threads, programs, sockets, signals to other processes,
   namespaces, mounts, tracing. `Sandbox.hardening` says which of these are in force.
+Each worker runs under ifcore.reaper and is itself a child subreaper: a replaced or stopped worker, and anything a
+tool's process might leave, is reaped, whatever PID 1 does.
 The tool runs with the full builtins (as ScopeIF's do); the helpers the prompt promises, `count_word` (also
 as `word_count`) and `split_sentences`, are in its globals. Its result must be JSON and at most RESULT_CAP characters once
 serialized (ScopeIF drops larger ones). Every call returns {"ok", "result", "error", "kind"} with kind one of
