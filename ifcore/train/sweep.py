@@ -11,8 +11,8 @@ model size or data changed trains in a new folder beside the old ones, whose row
 Children run under ifcore.reaper, each in its own process group. Interrupting the sweep (KeyboardInterrupt: the
 notebook's stop button) or any error in it stops them all (SIGTERM, then SIGKILL after GRACE_SECONDS) and returns
 once nothing of them is left; a child whose sweep was killed outright (a restarted kernel) is stopped by its
-reaper within a second, which says so in its train.log. An interrupted run resumes from its last checkpoint. A failed run does not stop the others: the sweep
-finishes them, then raises with each failed run's log tail.
+reaper within a second, which says so in its train.log. An interrupted run resumes from its last checkpoint. A
+failed run does not stop the others: the sweep finishes them, then raises with each failed run's log tail.
 
 backend="ray": each run is a job of the Ray cluster whose dashboard is at `address` (ifcore.run.ray_jobs; no ray
 package needed here), its entrypoint the same `python -m ifcore train --config RUN/run_config.json` run by the
