@@ -61,6 +61,8 @@ _LINE_MAX = 1 << 20  # a worker's reply line: far above anything it writes
 _SETUP_FAILED = 3  # the call process's problem codes: 0 none, 1 timeout, 2 too_large, 3 its own setup failed
 _SECCOMP = None  # the worker's filter program
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# One thread (numpy's BLAS would start more): forks are then safe, and without root unshare(CLONE_NEWUSER) works.
+_WORKER_ENV = {"PATH": SAFE_PATH, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _WORKER_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from ifcore.judge.sandbox import _worker; _worker()"
 # Modules a tool may want, imported by the worker: in the sandbox the interpreter's own files may be unreadable
 # or hidden (/root), so a tool can only import what its worker already has.
@@ -372,16 +374,16 @@ def _worker() -> None:
 
     out = sys.stdout.buffer
     reaper.become_subreaper()
-    for name in _PRELOAD:
-        importlib.import_module(name)
-    Doc("Warm up the splitter. It loads its parameters once.").sentences  # noqa: B018
     as_root = _full_root()
     hardening = {"user": "per-call uid" if as_root else "caller's uid, no capabilities (user namespace)",
                  "namespaces": "pid ipc mount uts net, per call", "network": "namespace",
                  "filesystem": "read-only, private tmpfs", "syscalls": "not filtered"}
     try:
         if not as_root:
-            _enter_user_namespace()
+            _enter_user_namespace()  # before the imports: only a single-threaded process may
+        for name in _PRELOAD:
+            importlib.import_module(name)
+        Doc("Warm up the splitter. It loads its parameters once.").sentences  # noqa: B018
         if os.uname().machine == "x86_64":
             global _SECCOMP
             _SECCOMP = _seccomp_filter()
@@ -494,7 +496,7 @@ class Sandbox:
         # its own: a worker that is replaced or stopped leaves nothing behind.
         # The worker imports the caller's own ifcore (the first on its path), in isolated mode all the same.
         proc = reaper.popen([sys.executable, "-I", "-c", _WORKER_MAIN, _ROOT], grace=1, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env={"PATH": SAFE_PATH})
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env=_WORKER_ENV)
         line = _readline(proc, time.monotonic() + 60)
         ready = json.loads(line) if line else {"error": "it did not start (python -I, ifcore.judge.sandbox._worker)"}
         if not ready.get("ready"):
