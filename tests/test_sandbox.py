@@ -11,9 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ifcore import reaper
-from ifcore.judge.sandbox import RESULT_CAP, UID_BASE, Sandbox, run_spawned
+from ifcore.judge.sandbox import RESULT_CAP, UID_BASE, Sandbox, _parse_json, run_spawned
 
 SECRET = "ifcore-sandbox-secret-6b1f"
 REPO = Path(__file__).resolve().parents[1]
@@ -458,7 +460,9 @@ return out"""
     "os.write(3, b'{\"kind\": \"ok\", \"result\": \"\\xc3\\x28\"}')\nos._exit(0)",  # invalid UTF-8
     "os.write(3, b'{\"kind\": \"ok\", \"result\": ' + b'[' * 5000 + b']' * 5000 + b'}')\nos._exit(0)",
     "os.write(3, b'{\"kind\": \"ok\", \"result\": NaN}')\nos._exit(0)",
-], ids=["infinity", "nan", "lone surrogate", "forged surrogate", "invalid utf-8", "forged deep", "forged NaN"])
+    "os.write(3, b'{\"kind\": \"ok\", \"result\": [1e999]}')\nos._exit(0)",
+], ids=["infinity", "nan", "lone surrogate", "forged surrogate", "invalid utf-8", "forged deep", "forged NaN",
+        "forged overflow"])
 def test_results_the_caller_cannot_use_are_bad(sandbox, body):
     """Escape 5: whatever the tool returns or forges, the caller gets a dict it can encode as UTF-8 JSON."""
     out = sandbox.run(tool(body), "tool", [])
@@ -615,3 +619,25 @@ def test_not_root_is_as_safe_or_refused(tmp_path):
     assert out["capabilities"]["result"] == ["CapEff:\t0000000000000000\n"], out
     assert out["loopback"]["result"][1] == -1 and out["poison"]["kind"] == "error", out
     assert out["honest"] == [{"ok": True, "result": [5, 2], "error": None, "kind": "ok"}] * 6, out
+
+
+_JSONISH = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=100).map(lambda t: json.dumps(t).encode()),  # surrogates come escaped: "\ud800"
+    st.text(max_size=100).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.integers(0, 3000).map(lambda n: b"[" * n + b"]" * n),
+    st.integers(0, 200).map(lambda n: b'{"a": ' * n + b"NaN" + b"}" * n),
+    st.sampled_from([b"1e999", b"[-1e400]", b'"\\udfff"', b'{"\\ud800": 1}']),
+    st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_size=5), lambda c: st.lists(c, max_size=3)
+                 | st.dictionaries(st.text(max_size=3), c, max_size=3)).map(lambda v: json.dumps(v).encode()))
+
+
+@given(_JSONISH)
+def test_strict_decoding_raises_only_value_error(data):
+    """Whatever bytes come back, decoding either gives a value that encodes as strict UTF-8 JSON or raises
+    ValueError (the caller's bad_result), never RecursionError or UnicodeEncodeError later."""
+    try:
+        value = _parse_json(data, 10_000)
+    except ValueError:
+        return
+    json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")

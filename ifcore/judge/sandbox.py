@@ -95,7 +95,8 @@ def _parse_json(data: bytes, limit: int):
     if brackets and max(accumulate(1 if c in "[{" else -1 for c in brackets)) > MAX_DEPTH:
         raise ValueError(f"nested deeper than {MAX_DEPTH}")
     value = json.loads(text, parse_constant=_reject_constant)
-    json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate (from a \ud800 escape) raises here
+    # A lone surrogate (from a \ud800 escape) raises here, and so does an overflowing number (1e999 is inf).
+    json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
     return value
 
 
@@ -423,8 +424,11 @@ def _worker() -> None:
         return _reply(status, problem, data, req)
 
     # A first call proves every step works here (namespaces, mounts, uid, filter): otherwise refuse, saying why.
-    probe = serve(json.dumps({"code": "def probe():\n    return 1", "function": "probe", "args": [], "timeout": 10,
-                              "cpu_seconds": 5, "memory_mb": 1024}).encode())
+    try:
+        probe = serve(json.dumps({"code": "def probe():\n    return 1", "function": "probe", "args": [], "timeout": 10,
+                                  "cpu_seconds": 5, "memory_mb": 1024}).encode())
+    except Exception as e:
+        probe = _result("killed", error=_describe(e))
     if probe != _result("ok", 1):
         out.write((json.dumps({"ready": False, "error": f"the sandbox cannot run a tool here: {probe['error']}"})
                    + "\n").encode())
@@ -466,8 +470,9 @@ def _reply(status: int, problem: int, data: bytes, req: dict) -> dict:
     if not data:
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
             return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
-        how = f"by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else \
-            f"with status {os.WEXITSTATUS(status)}"
+        sig = os.WTERMSIG(status)
+        how = f"by {({s.value: s.name for s in signal.Signals}).get(sig, f'signal {sig}')}" \
+            if os.WIFSIGNALED(status) else f"with status {os.WEXITSTATUS(status)}"
         return _result("killed", error=f"the tool's process ended {how} before returning a result")
     try:
         return _checked(_parse_json(data, _ENVELOPE_MAX))
@@ -488,9 +493,13 @@ class Sandbox:
         self._workers = 0
         self._idle: queue.Queue = queue.Queue()
         self.hardening: dict = {}
-        for _ in range(workers):
-            self._idle.put(self._start())
-            self._workers += 1
+        try:
+            for _ in range(workers):
+                self._idle.put(self._start())
+                self._workers += 1
+        except BaseException:  # a refusal: the workers already started go too
+            self.close()
+            raise
 
     def _start(self) -> subprocess.Popen:
         # A minimal environment: the worker holds no secret of the caller. Under ifcore.reaper, in a session of
