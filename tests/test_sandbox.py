@@ -584,7 +584,8 @@ try:
                          "    return [pids, [open(f'/proc/{p}/environ').read() for p in pids]]",
             "capabilities": "def f():\n    return [l for l in open('/proc/self/status') if l.startswith('CapEff')]",
             "loopback": f"import ctypes\ndef f():\n    libc = ctypes.CDLL(None, use_errno=True)\n"
-                        f"    fd = libc.socket(2, 1, 0)\n    a = (ctypes.c_ubyte * 16)(2, 0, {port >> 8}, {port & 255}, 127, 0, 0, 1)\n"
+                        f"    fd = libc.socket(2, 1, 0)\n"
+                        f"    a = (ctypes.c_ubyte * 16)(2, 0, {port >> 8}, {port & 255}, 127, 0, 0, 1)\n"
                         f"    return [fd, libc.connect(fd, a, 16)]",
             "poison": "import os, ifcore.text\ndef f():\n    ifcore.text.Doc.words = property(lambda self: [])\n"
                       "    return open(f'/proc/{os.getppid()}/mem', 'r+b').name",

@@ -279,7 +279,8 @@ def _private_view() -> None:
     for path, flags, options in (
             (b"/tmp", 0, b"size=16m,nr_inodes=4096,mode=1777"), (b"/var/tmp", 0, b"size=1m,nr_inodes=64,mode=1777"),
             (b"/dev/shm", 0, b"size=1m,nr_inodes=64,mode=1777"), (b"/run/lock", 0, b"size=1m,nr_inodes=64,mode=1777"),
-            (b"/root", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755"), (b"/home", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755")):
+            (b"/root", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755"),
+            (b"/home", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755")):
         if os.path.isdir(path):
             _check(libc.mount(b"tmpfs", path, b"tmpfs", flags | MS_NOSUID | MS_NODEV, options) == 0,
                    f"tmpfs on {path.decode()}")
