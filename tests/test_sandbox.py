@@ -647,3 +647,12 @@ def test_strict_decoding_raises_only_value_error(data):
     except ValueError:
         return
     json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def test_cpu_limit_is_reported_as_such():
+    """PID 1 of a namespace ignores SIGXCPU, so the hard limit's SIGKILL ends a spinning tool: still a CPU
+    timeout, not a mysterious kill (the wall limit here is far away)."""
+    with Sandbox(workers=1, timeout=60.0, cpu_seconds=1) as sb:
+        out = sb.run(tool("signal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass"), "tool", [])
+        assert out == {"ok": False, "result": None, "error": "CPU time limit (1 s) exceeded", "kind": "timeout"}
+        assert_recovers(sb)

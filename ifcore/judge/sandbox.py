@@ -58,7 +58,8 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x4000, 1 << 18
 _ENVELOPE_MAX = 4 * RESULT_CAP + 4096  # a tool's reply is at most this many bytes; more is a hostile flood
 _LINE_MAX = 1 << 20  # a worker's reply line: far above anything it writes
-_SETUP_FAILED = 3  # the call process's problem codes: 0 none, 1 timeout, 2 too_large, 3 its own setup failed
+_SETUP_FAILED, _CPU_LIMIT = 3, 4  # the call process's problem codes: 0 none, 1 timeout, 2 too_large, 3 its own
+# setup failed, 4 the tool used up its CPU seconds
 _SECCOMP = None  # the worker's filter program
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One thread (numpy's BLAS would start more): forks are then safe, and without root unshare(CLONE_NEWUSER) works.
@@ -308,7 +309,10 @@ def _call(request_fd: int, message_fd: int, as_root: bool) -> None:
         data, problem = _read_until(read_fd, deadline)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills the rest of it
-        status = os.waitpid(pid, 0)[1]
+        _, status, usage = os.wait4(pid, 0)
+        # PID 1 of a namespace ignores SIGXCPU (its default action), so the hard limit's SIGKILL ends it: name it.
+        if not problem and not data and usage.ru_utime + usage.ru_stime >= req["cpu_seconds"]:
+            problem = _CPU_LIMIT
     except BaseException as e:
         problem, data = _SETUP_FAILED, _describe(e).encode()
     finally:
@@ -468,9 +472,9 @@ def _reply(status: int, problem: int, data: bytes, req: dict) -> dict:
         return _result("timeout", error=f"wall time limit ({req['timeout']} s) exceeded")
     if problem == 2:
         return _result("too_large", error="result too large")
+    if problem == _CPU_LIMIT or not data and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
     if not data:
-        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-            return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
         sig = os.WTERMSIG(status)
         how = f"by {({s.value: s.name for s in signal.Signals}).get(sig, f'signal {sig}')}" \
             if os.WIFSIGNALED(status) else f"with status {os.WEXITSTATUS(status)}"
