@@ -58,6 +58,7 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x4000, 1 << 18
 _ENVELOPE_MAX = 4 * RESULT_CAP + 4096  # a tool's reply is at most this many bytes; more is a hostile flood
 _LINE_MAX = 1 << 20  # a worker's reply line: far above anything it writes
+_SETUP_EXIT = 70  # the tool's process could not lock itself down
 _SETUP_FAILED, _CPU_LIMIT = 3, 4  # the call process's problem codes: 0 none, 1 timeout, 2 too_large, 3 its own
 # setup failed, 4 the tool used up its CPU seconds
 _SECCOMP = None  # the worker's filter program
@@ -260,6 +261,9 @@ def _tool_process(write_fd: int, req: dict, uid: int) -> None:
         if _SECCOMP is not None:
             _check(_libc().prctl(38, 1, 0, 0, 0) == 0, "no_new_privs")
             _check(_libc().prctl(22, 2, ctypes.byref(_SECCOMP[0]), 0, 0) == 0, "seccomp")
+    except BaseException:
+        os._exit(_SETUP_EXIT)  # never run a tool less locked down than promised
+    try:
         envelope = _call_tool(req["code"], req["function"], req["args"]).encode()
         while envelope:
             envelope = envelope[os.write(3, envelope):]
@@ -474,6 +478,8 @@ def _reply(status: int, problem: int, data: bytes, req: dict) -> dict:
         return _result("too_large", error="result too large")
     if problem == _CPU_LIMIT or not data and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
         return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
+    if not data and os.WIFEXITED(status) and os.WEXITSTATUS(status) == _SETUP_EXIT:
+        return _result("killed", error="sandbox setup failed in the tool's process")
     if not data:
         sig = os.WTERMSIG(status)
         how = f"by {({s.value: s.name for s in signal.Signals}).get(sig, f'signal {sig}')}" \
