@@ -353,7 +353,7 @@ def _zygote(go_fd: int, request_fd: int, message_fd: int, as_root: bool) -> None
     os._exit(0)
 
 
-# ---- the worker (python -m ifcore.judge.sandbox) --------------------------------------------------------------
+# ---- the worker (Sandbox starts it with _WORKER_MAIN) ---------------------------------------------------------
 
 def _enter_user_namespace() -> None:
     """Without root: become root of a new user namespace (the caller's uid and gid mapped to 0), so that each
