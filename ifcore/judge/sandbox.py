@@ -139,11 +139,12 @@ def split_sentences(text: str) -> list[str]:
 # x86_64 numbers of the system calls a tool may make. Measured: strace -f over every tool of tests/test_sandbox.py
 # and a dozen honest judge-style tools (stdlib and the helpers) finds, after the filter is in, only brk chdir
 # clock_gettime clock_nanosleep close exit_group getcwd getdents64 getgid getgroups getpid getppid gettid getuid
-# ioctl lseek mmap mprotect munmap newfstatat openat prlimit64 read rt_sigaction rt_sigprocmask write allowed
-# (README, "Sandbox"). The list adds their siblings of the same kind (the other stat, read/write, directory,
-# time and id calls, files inside the call's own tmpfs, realloc's mremap and malloc's madvise, getrandom for an
-# unseeded random.Random). Everything else fails with EPERM: processes, threads, programs, sockets, io_uring,
-# keyrings, SysV and POSIX IPC, signals, ptrace and process_vm_*, bpf, perf_event_open, mounts, namespaces.
+# ioctl lseek mkdir mmap mprotect munmap newfstatat openat prlimit64 read rt_sigaction rt_sigprocmask write allowed
+# (scripts/sandbox_syscalls.py; README, "Sandbox"). The list adds their siblings of the same kind (the other
+# stat, read/write, directory, time and id calls, files inside the call's own tmpfs, realloc's mremap and
+# malloc's madvise, getrandom for an unseeded random.Random). Everything else fails with EPERM: processes,
+# threads, programs, sockets, io_uring, keyrings, SysV and POSIX IPC, signals, ptrace and process_vm_*, bpf,
+# perf_event_open, mounts, namespaces.
 _ALLOWED_SYSCALLS = {
     "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "fstat": 5, "lstat": 6, "lseek": 8, "mmap": 9,
     "mprotect": 10, "munmap": 11, "brk": 12, "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15,
