@@ -333,7 +333,8 @@ return sorted(touched)""")
         bad = pool.submit(sandbox.run, hostile, "tool", [])
         good = pool.submit(sandbox.run, honest, "count", ["One two three. Four five."])
         assert good.result() == {"ok": True, "result": [64, 5], "error": None, "kind": "ok"}
-        assert bad.result()["kind"] == "ok" and bad.result()["result"] == []  # it saw no process but itself
+        bad = bad.result()  # it saw no process but itself (or, on a very busy machine, ran out of time)
+        assert bad["kind"] == "timeout" or bad == {"ok": True, "result": [], "error": None, "kind": "ok"}, bad
     assert_recovers(sandbox)
 
 
