@@ -44,10 +44,13 @@ a sys.meta_path finder patches each class when OpenRLHF itself imports its modul
   steps (refills draw prompts beyond S x batch, so the builder gives the run more). The reward function (IFCORE_THINK=raif) judges a no-think rollout's answer;
   IFCORE_RAIF_NOTHINK_ACCURACY=authors gives it -2 as the authors' code does.
 - IFCORE_BC_COEF=c (> 0) with IFCORE_BC_DATA=JSONL of {prompt, response}: RAIF eq. 8's behaviour cloning. 0.11
-  removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward, the NLL
-  being the token mean over IFCORE_BC_BATCH (default 4) expert responses per micro-batch, scored by the policy's own
-  forward; `prompt` is the model's input text as is (chat template applied), `response` the target text (with its
-  end-of-turn text). Logged as bc_loss.
+  removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward at the
+  first micro-batch of each optimizer step, the NLL being the token mean over the step's IFCORE_BC_BATCH (default 4)
+  expert pairs: one draw per training step (ActorPPOTrainer.ppo_train, seeded by --train.seed and the step, the same
+  pairs in every PPO epoch as the embedded trainer), split over the data-parallel ranks (ceil(batch / dp) each),
+  the responses cut to --rollout.max_new_tokens and the sequences to --data.max_len, scored by the policy's own
+  forward at temperature 1; `prompt` is the model's input text as is (chat template applied), `response` the
+  target text (with its end-of-turn text). Logged as bc_loss.
 """
 from __future__ import annotations
 
@@ -189,8 +192,10 @@ def install() -> list[str]:
         if not batch.isdigit() or int(batch) < 1:
             raise ValueError(f"IFCORE_BC_BATCH must be a positive integer, got {batch!r}")
         experts = read_experts(path)
-        patches.append((PPO_ACTOR, "ActorPPOTrainer", "training_step",
-                        lambda original: _bc_training_step(original, coef, experts, int(batch)), "bc"))
+        patches += [(PPO_ACTOR, "ActorPPOTrainer", "ppo_train",
+                     lambda original: _bc_ppo_train(original, experts, int(batch)), "bc"),
+                    (PPO_ACTOR, "ActorPPOTrainer", "training_step",
+                     lambda original: _bc_training_step(original, coef), "bc")]
     _FINDER.pending = {}  # this call's features only (a test's install after another's)
     for module, cls, method, make, tag in patches:
         if module in sys.modules:
@@ -456,14 +461,18 @@ def read_experts(path: str) -> list[dict]:
     return rows
 
 
-def expert_batch(tokenizer, pairs: list[dict]):
+def expert_batch(tokenizer, pairs: list[dict], max_new_tokens: int | None = None, max_len: int | None = None):
     """(sequences, attention_mask, action_mask) in OpenRLHF's layout: prompt + response ids right-padded, and
-    action_mask[t] marking sequences[t + 1] as a response token (the expert's tokens are the targets)."""
+    action_mask[t] marking sequences[t + 1] as a response token (the expert's tokens are the targets). The response
+    is cut to max_new_tokens (a rollout's limit) and the prompt from the left to fit max_len (--data.max_len), as
+    OpenRLHF cuts a rollout's."""
     rows = []
     for pair in pairs:
-        p = tokenizer(pair["prompt"], add_special_tokens=False)["input_ids"]
-        r = tokenizer(pair["response"], add_special_tokens=False)["input_ids"]
-        rows.append((list(p) + list(r), len(p)))
+        p = list(tokenizer(pair["prompt"], add_special_tokens=False)["input_ids"])
+        r = list(tokenizer(pair["response"], add_special_tokens=False)["input_ids"])[:max_new_tokens]
+        if max_len is not None:
+            p = p[max(0, len(p) - max(max_len - len(r), 1)):]
+        rows.append((p + r, len(p)))
     width = max(len(ids) for ids, _ in rows)
     seqs = torch.full((len(rows), width), tokenizer.pad_token_id or 0, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
@@ -475,29 +484,69 @@ def expert_batch(tokenizer, pairs: list[dict]):
     return seqs, attention, action
 
 
-def _bc_training_step(original, coef: float, experts: list[dict], batch: int):
+def _bc_ppo_train(original, experts: list[dict], batch: int):
+    """ActorPPOTrainer.ppo_train (once per training step, all its epochs) that draws the step's expert pairs first:
+    ceil(batch / dp) x dp of them from (--train.seed, step), the same draw on every rank, each data-parallel rank
+    taking its own share (ranks of one ring-attention or tensor-parallel group the same share). Every rank gets as
+    many pairs, so ZeRO-3's gathers stay in step."""
+    def ppo_train(self, *args, **kwargs):
+        import torch.distributed as dist
+
+        group = self.args.ds.ring_attn_size * self.args.ds.tensor_parallel_size
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() \
+            else (0, 1)
+        dp, dp_rank = max(world // group, 1), rank // group
+        share = -(-batch // dp)
+        self._ifcore_bc_step = getattr(self, "_ifcore_bc_step", 0) + 1
+        draw = np.random.default_rng([self.args.train.seed, self._ifcore_bc_step]).choice(
+            len(experts), share * dp, replace=share * dp > len(experts))
+        batch_all = expert_batch(self.tokenizer, [experts[k] for k in draw], self.args.rollout.max_new_tokens,
+                                 self.args.data.max_len)
+        mine = slice(dp_rank * share, (dp_rank + 1) * share)
+        # the whole draw's target tokens: each rank's NLL sum over it, x dp (DeepSpeed averages the ranks' gradients)
+        self._ifcore_bc = ([t[mine] for t in batch_all], int(batch_all[2].sum()), dp)
+        return original(self, *args, **kwargs)
+
+    return ppo_train
+
+
+def _bc_training_step(original, coef: float):
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
-        # A draw per micro-batch from (--train.seed, call number): the same experts on a rerun, and on every rank.
-        self._ifcore_bc_calls = getattr(self, "_ifcore_bc_calls", 0) + 1
-        seed = self.args.train.seed
-        pick = np.random.default_rng([seed, self._ifcore_bc_calls]).choice(len(experts), min(batch, len(experts)),
-                                                                           replace=False)
-        device = experience.sequences.device
-        seqs, attention, action = (t.to(device) for t in expert_batch(self.tokenizer, [experts[k] for k in pick]))
-        backward, bc = self.strategy.backward, {}
-
-        def backward_with_bc(loss, model, optimizer, *a, **kw):
-            # the policy's own log-probs of the expert tokens (a ring-attention group reads the same draw)
-            logp = model(seqs, action, attention_mask=attention, ring_attn_group=self.strategy.ring_attn_group)
-            bc["nll"] = -(logp.float() * action).sum() / action.sum()
-            return backward(loss + coef * bc["nll"], model, optimizer, *a, **kw)
-
-        self.strategy.backward = backward_with_bc
-        try:
+        # RAIF eq. 8 once per optimizer step (its first micro-batch), on this rank's share of the step's draw
+        # (_bc_ppo_train): coef x the token mean of the expert NLL over the whole draw, as the embedded trainer.
+        dynamic = self.args.train.dynamic_batch_enable
+        gas = 1 if dynamic else max(int(self.strategy.accumulated_gradient), 1)
+        first = (step == 0 or self.replay_buffer.dynamic_optimizer_step[step - 1]) if dynamic else step % gas == 0
+        if not first:
             status = original(self, experience, kl_ctl, step, loss_batch_info)
-        finally:
-            self.strategy.backward = backward
-        status["metrics"]["bc_loss"] = bc["nll"].detach()
+        else:
+            (seqs, attention, action), total, dp = self._ifcore_bc
+            device = experience.sequences.device
+            seqs, attention, action = seqs.to(device), attention.to(device), action.to(device)
+            backward, bc = self.strategy.backward, {}
+
+            def backward_with_bc(loss, model, optimizer, *a, **kw):
+                # NLL of the expert tokens under the policy itself: temperature 1, not the rollout's (Actor.forward
+                # divides the logits by its temperature); a ring-attention group reads the same share
+                temperature = getattr(model, "temperature", 1.0)
+                model.temperature = 1.0
+                try:
+                    logp = model(seqs, action, attention_mask=attention,
+                                 ring_attn_group=self.strategy.ring_attn_group)
+                finally:
+                    model.temperature = temperature
+                nll_sum = -(logp.float() * action).sum()
+                bc["nll"] = (nll_sum / action.sum().clamp(min=1)).detach()
+                # DeepSpeed divides every micro-batch's loss by gas and averages the ranks: x gas x dp / tokens
+                return backward(loss + coef * nll_sum * gas * dp / max(total, 1), model, optimizer, *a, **kw)
+
+            self.strategy.backward = backward_with_bc
+            try:
+                status = original(self, experience, kl_ctl, step, loss_batch_info)
+            finally:
+                self.strategy.backward = backward
+            self._ifcore_bc_nll = bc["nll"]
+        status["metrics"]["bc_loss"] = self._ifcore_bc_nll  # the window's NLL on every micro-batch: its mean
         status["weights"]["bc_loss"] = "sample"
         return status
 
