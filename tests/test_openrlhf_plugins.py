@@ -324,6 +324,52 @@ def test_judged_constraints_are_left_out_of_rtt(openrlhf_module):
     assert all(torch.equal(a.advantages, b.advantages) for a, b in zip(got, plain))  # OpenRLHF's advantage alone
 
 
+class _GpuActor:
+    """A reference-model actor handle: Ray's built-in `__ray_call__.remote(fn, *args)` runs fn(actor, *args) in the
+    actor's process (here, in this one), recorded."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.__ray_call__ = _ns(remote=self.call)
+
+    def call(self, fn, *args):
+        self.calls.append((self, fn.__name__, *args))
+        return fn(self, *args)
+
+
+def test_a_discriminator_runs_batched_on_the_gpu_actors(openrlhf_module, monkeypatch):
+    # OpenRLHF's trainer actor (where the advantages are computed) has no GPU: a "module:function" relevance runs
+    # in the reference model's actors, once per step over all (criteria, response) pairs, split between them.
+    module, plugins = openrlhf_module
+    local = []
+    monkeypatch.setitem(sys.modules, "fake_disc", _module(
+        "fake_disc", relevance=lambda c, r: (local.append(len(c)), fake_relevance(c, r))[1]))
+    monkeypatch.setattr(plugins, "_HOSTED", {})
+    texts = ["The river runs.\n\nA heron." + TOK.EOS, "heron" + TOK.EOS, "<think>x</think>a river heron" + TOK.EOS,
+             "water" + TOK.EOS, "The heron and the fish." + TOK.EOS, "cold stone heron"]
+    samples = [_experience(module, p, t, r) for p, t, r in zip(["Q: a"] * 3 + ["Q: b"] * 3, texts,
+                                                                  [1, 0.5, 0.25, 0, 0.75, 0.5])]
+    maker = _maker(module, 3, 2)
+    original = module.RemoteExperienceMaker.compute_advantages_and_returns
+    want = plugins.add_rtt(maker, original(maker, _batches(maker, copy.deepcopy(samples))), 0.5, fake_relevance)
+    calls = []
+    maker.initial_model_group = _ns(_actor_handlers=[_GpuActor(calls) for _ in range(4)])
+    hosted = plugins.add_rtt(maker, original(maker, _batches(maker, samples)), 0.5,
+                             lambda c, r: pytest.fail("the trainer actor computed the relevance"), "intra", "paper",
+                             "fake_disc:relevance")
+    assert all(torch.allclose(a.advantages, b.advantages) for a, b in zip(hosted, want))
+    # 6 responses x 3 constraints = 18 pairs in chunks of 5, 5, 5, 3: one call per actor, each batched
+    assert [len(c[3]) for c in calls] == [5, 5, 5, 3] == local and {c[1] for c in calls} == {"_hosted_relevance"}
+    assert len({id(c[0]) for c in calls}) == 4 and [x for c in calls for x in c[3]] == _criteria() * 6
+    tokens = sum(len(TOK(t)["input_ids"]) for t in texts) * 3
+    for e in hosted:  # the step's cost, on every sample (their mean is the step's value)
+        assert e.info["rtt_tokens"].tolist() == [tokens] * len(e.index) and (e.info["rtt_seconds"] >= 0).all()
+    # a second step reuses the function loaded in the actor's process
+    plugins.add_rtt(maker, original(maker, _batches(maker, copy.deepcopy(samples))), 0.5, None, "intra", "paper",
+                    "fake_disc:relevance")
+    assert list(plugins._HOSTED) == ["fake_disc:relevance"] and len(calls) == 8
+
+
 def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, monkeypatch, tmp_path):
     module, plugins = openrlhf_module
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker

@@ -24,8 +24,10 @@ a sys.meta_path finder patches each class when OpenRLHF itself imports its modul
   (p ~ U[0, 1] from a generator seeded by IFCORE_RTT_SEED, default 0: RTT's random ablation) or "module:function",
   a callable(criteria texts, response token ids) -> one array of p per response token (the signature of
   ifcore.train.rtt.Discriminator.relevance; ifcore.train.rtt:saved_relevance loads the discriminator saved at
-  IFCORE_RTT_DISCRIMINATOR), run in the trainer actor (a CPU process in 0.11.2: a large discriminator is slow
-  there). Why not from the reward function: OpenRLHF keeps one float per `extra_logs` key and sample
+  IFCORE_RTT_DISCRIMINATOR, bf16 on a GPU), run where there is a GPU: OpenRLHF's trainer actor, where the
+  advantages are computed, has none, so a "module:function" relevance is called by name in the reference model's
+  actors (the policy's without a reference model) through Ray's `__ray_call__`, once per step over all (criteria,
+  response) pairs split between them; its cost is logged per step as rtt_seconds and rtt_tokens. Why not from the reward function: OpenRLHF keeps one float per `extra_logs` key and sample
   (samples_generator: `value.flatten()[0].item()`), so token spans cannot pass through it; the verdicts are
   recomputed here from the decoded response and its label.
 - IFCORE_RAIF_NOTHINK=k (>= 1): RAIF's superior-CoT enforcement. SamplesGenerator.generate_samples (training
@@ -59,6 +61,7 @@ import json
 import math
 import os
 import sys
+import time
 from functools import wraps
 
 import numpy as np
@@ -153,10 +156,13 @@ def install() -> list[str]:
         if labels not in LABELS:
             raise ValueError(f"IFCORE_RTT_LABELS must be one of {', '.join(LABELS)}, got {labels!r}")
 
+        hosted = spec if ":" in spec else None  # a model-bound relevance: run on the GPU actors
+
         def rtt(original):
-            relevance_fn = _relevance_fn(spec)
+            # hosted: the trainer actor sends the function's name to the GPU actors and loads nothing itself
+            relevance_fn = None if hosted else _relevance_fn(spec)
             return lambda self, experiences: add_rtt(self, original(self, experiences), beta, relevance_fn, mode,
-                                                     labels)
+                                                     labels, hosted)
 
         patches.append((EXPERIENCE_MAKER, "RemoteExperienceMaker", "compute_advantages_and_returns", rtt, "rtt"))
     nothink = os.environ.get("IFCORE_RAIF_NOTHINK")
@@ -227,14 +233,15 @@ def _relevance_fn(spec: str, load: bool = True):
 
 
 def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_fn=None, where: str = "sample",
-                       labels: str = "paper"):
+                       labels: str = "paper", probs=None):
     """(scored, p, satisfied) of one response: the indices into `ids` of its answer tokens (after the last
     </think>, before the first special token: the tokens ifcore.train.rtt.answer_tokens scores), p [len(scored), C]
     and the verifier's verdicts, over the label's C schema constraints (judged ones are left out; a label of judged
     constraints only gets no scored token). p is the verifier's relevance (RTT app. C.3 by `labels`, "paper" or "scoped"
     as ifcore.rtt_labels defines them: evidence spans mapped to tokens by the tokenizer's offsets), or
     relevance_fn's. A response whose text does not re-tokenize to `ids` gets no scored token (A_tok = 0:
-    OpenRLHF's advantage alone)."""
+    OpenRLHF's advantage alone). probs: relevance_fn's arrays for this response (one per schema constraint),
+    computed beforehand (add_rtt batches them over the step)."""
     # Judged constraints (X15) have no columns: the reward function's judge verdict cannot reach this actor
     # (one float per extra_logs key), and score_response without a judge would count them violated (Score -1).
     constraints = [c for c in load_constraints(label, f"label of {where}") if not c.judge]
@@ -253,8 +260,9 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
     close = text.rfind(THINK_CLOSE)
     start = close + len(THINK_CLOSE) if close >= 0 else 0
     scored = [t for t, (a, _) in enumerate(offsets) if a >= start]
-    if relevance_fn is not None:
+    if probs is None and relevance_fn is not None:
         probs = relevance_fn([criteria_text(c) for c in constraints], [list(ids)] * len(constraints))
+    if probs is not None:
         p = np.stack([np.asarray(x, dtype=float)[scored] for x in probs], axis=1)
     else:
         cols = []
@@ -267,12 +275,48 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
     return scored, p.reshape(len(scored), len(constraints)), result["satisfied"]
 
 
+def _hosted_relevance(actor, spec: str, criteria: list[str], responses: list[list[int]]) -> list[np.ndarray]:
+    """Run in a GPU actor of OpenRLHF's (Ray's `__ray_call__` passes the actor first): the relevance function
+    `spec` ("module:function", e.g. ifcore.train.rtt:saved_relevance, which loads its discriminator once per
+    process, bf16 on the actor's GPU) over one chunk of the step's (criteria, response) pairs."""
+    if spec not in _HOSTED:
+        _HOSTED[spec] = _relevance_fn(spec)
+    return [np.asarray(x, dtype=np.float32) for x in _HOSTED[spec](criteria, responses)]
+
+
+_HOSTED = {}  # spec -> the relevance function loaded in this (GPU actor's) process
+
+
+def _relevance_batch(maker, relevance_fn, hosted: str | None, criteria: list[str], responses: list[list[int]]):
+    """relevance_fn over all the step's pairs at once; with `hosted` (its "module:function"), in the reference
+    model's actors (else the policy's): OpenRLHF's trainer actor, where add_rtt runs, has no GPU. The pairs are
+    split in contiguous chunks, one per actor, each run by _hosted_relevance."""
+    group = getattr(maker, "initial_model_group", None) or getattr(maker, "actor_model_group", None)
+    hosts = getattr(group, "_actor_handlers", None) or []
+    if not criteria:
+        return []
+    if not hosted:
+        return relevance_fn(criteria, responses)
+    if not hosts:  # no actor to host it (a test's maker): loaded here
+        return _hosted_relevance(None, hosted, criteria, responses)
+    import ray
+
+    size = -(-len(criteria) // len(hosts))
+    refs = [h.__ray_call__.remote(_hosted_relevance, hosted, criteria[k:k + size], responses[k:k + size])
+            for h, k in zip(hosts, range(0, len(criteria), size))]
+    return [p for chunk in ray.get(refs) for p in chunk]
+
+
 @torch.no_grad()
-def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "intra", labels: str = "paper"):
+def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "intra", labels: str = "paper",
+            hosted: str | None = None):
     """RTT-GRPO (eq. 7) on OpenRLHF's experiences: advantages (alpha = 1: OpenRLHF's group_norm advantage on every
     action token) + beta x A_tok on each response's scored answer tokens, A_tok from
     ifcore.advantages.token_rtt_groups (the embedded trainer's function; `mode` intra or inter) over each prompt's
-    group (the samples whose `index` // n_samples_per_prompt agree, OpenRLHF's grouping)."""
+    group (the samples whose `index` // n_samples_per_prompt agree, OpenRLHF's grouping). relevance_fn runs once
+    over the step's (criteria, response) pairs; `hosted` (its "module:function" name) runs it on the GPU actors
+    (_relevance_batch). Logged per step: rtt_seconds (the relevance's wall time, verifier included) and rtt_tokens
+    (response tokens scored, one pass per constraint)."""
     args = maker.strategy.args
     if args.algo.advantage.estimator != "group_norm":
         raise ValueError(f"IFCORE_RTT_BETA: RTT adds token advantages to group_norm's, but "
@@ -282,14 +326,29 @@ def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "int
     rows = {i: (e, j) for e in experiences for j, i in enumerate(e.index)}
     groups = len(rows) // n
     members = [rows[i] for i in range(groups * n)]  # group order: sample g*n + k is rollout k of prompt g
-    got = []
+    start = time.perf_counter()
+    inputs = []
     for e, j in members:
         mask = e.action_mask[j].bool()
-        positions = torch.nonzero(mask).flatten()
         ids = e.sequences[j, 1:1 + mask.shape[0]][mask].tolist()  # action_mask[t] marks sequences[t + 1]
-        scored, p, sat = response_relevance(maker.tokenizer, ids, e.labels[j], opts, relevance_fn,
-                                            f"sample {len(got)}", labels)
+        criteria = [criteria_text(c) for c in load_constraints(e.labels[j], f"label of sample {len(inputs)}")
+                    if not c.judge]  # response_relevance's columns
+        inputs.append((torch.nonzero(mask).flatten(), ids, criteria))
+    probs = None
+    if relevance_fn is not None or hosted:
+        flat = _relevance_batch(maker, relevance_fn, hosted, [c for _, _, cs in inputs for c in cs],
+                                [ids for _, ids, cs in inputs for _ in cs])
+        bounds = np.cumsum([0] + [len(cs) for _, _, cs in inputs])
+        probs = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    got = []
+    for k, ((e, j), (positions, ids, criteria)) in enumerate(zip(members, inputs)):
+        scored, p, sat = response_relevance(maker.tokenizer, ids, e.labels[j], opts, None, f"sample {k}",
+                                            labels, probs=None if probs is None else probs[k])
         got.append((positions[scored], p, sat))
+    seconds, tokens = time.perf_counter() - start, sum(len(ids) * len(cs) for _, ids, cs in inputs)
+    for e in experiences:
+        e.info["rtt_seconds"] = torch.full((len(e.index),), seconds)
+        e.info["rtt_tokens"] = torch.full((len(e.index),), float(tokens))
     for g in range(groups):
         if len({len(sat) for _, _, sat in got[g * n:(g + 1) * n]}) > 1:
             raise ValueError(f"IFCORE_RTT_BETA: the samples of group {g} have labels with different constraint "
