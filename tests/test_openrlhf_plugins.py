@@ -792,9 +792,9 @@ def test_behaviour_cloning_adds_the_expert_nll_once_per_step(openrlhf_module, mo
     ActorPPOTrainer.ppo_train(trainer, 0.0)
     assert not torch.equal(drawn[1][0][0], drawn[0][0][0]) or drawn[1][0][0].shape != drawn[0][0][0].shape
     status = ActorPPOTrainer.training_step(trainer, copy.deepcopy(_policy_experience()), 0.0, 1, {})
+    second = [EXPERTS[k] for k in np.random.default_rng([7, 2]).choice(5, 3, replace=False)]
     assert status["metrics"]["bc_loss"].item() == pytest.approx(
-        _expert_nll_sum(trainer.actor, [EXPERTS[k] for k in np.random.default_rng([7, 2]).choice(5, 3, replace=False)])[0].item()
-        / drawn[1][1], rel=1e-5)
+        _expert_nll_sum(trainer.actor, second)[0].item() / drawn[1][1], rel=1e-5)
     assert status["weights"]["bc_loss"] == "sample"
 
     bad = tmp_path / "bad.jsonl"

@@ -294,7 +294,8 @@ def _memory_advice(plan: dict, argv: list[str]) -> str:
     training = plan["training_gib"] >= plan["generation_gib"]
     terms = {k: v for k, v in plan["terms"].items() if training != (k == "vllm") or k == "discriminator"}
     top = sorted(terms.items(), key=lambda kv: -kv[1])[:2]
-    return (f"memory: the plan needs {plan['peak_gib']:.1f} GiB per GPU in its {'training' if training else 'generation'} "
+    phase = "training" if training else "generation"
+    return (f"memory: the plan needs {plan['peak_gib']:.1f} GiB per GPU in its {phase} "
             f"phase, over the stated {plan['gpu_gib']:g} GiB (gpu_gib); largest terms: "
             + "; ".join(f"{k} {v:.1f} GiB: lower it with {knobs[k]}" for k, v in top)
             + f" ({plan['tokens_per_gpu']} tokens per GPU and micro-batch)")
@@ -361,7 +362,8 @@ def job_files(cfg: dict, run_dir) -> dict:
                          f"{model_cfg.get('max_position_embeddings')} positions leave {room} after max_new_tokens "
                          f"{config.max_new_tokens} (OpenRLHF would cut it from the left)")
     files = {"cfg": dict(cfg), "model": paths["model"], "prompt_data": write("train.jsonl", train_rows),
-             "eval_data": write("test.jsonl", eval_rows), "n_prompts": len(train_rows), "max_prompt_len": longest, "model_config": model_cfg,
+             "eval_data": write("test.jsonl", eval_rows), "n_prompts": len(train_rows), "max_prompt_len": longest,
+             "model_config": model_cfg,
              "chat_template": False, "think_gate": _think_mode(config, tokenizer)}
     if config.bc_coef:  # RAIF eq. 8: the prompt as the embedded trainer builds it for an expert pair
         experts = [{"prompt": raif_prompt(tokenizer, r["prompt"]) if config.reward == "raif"
