@@ -370,6 +370,54 @@ def test_a_discriminator_runs_batched_on_the_gpu_actors(openrlhf_module, monkeyp
     assert list(plugins._HOSTED) == ["fake_disc:relevance"] and len(calls) == 8
 
 
+def test_superior_cot_logs_keep_ratio_and_the_two_reward_means(openrlhf_module):
+    # notebook 02's panels: keep ratio, CoT and no-think reward; OpenRLHF averages each extra log over the rollouts
+    from ifcore.run.curves import _openrlhf_key
+
+    _, plugins = openrlhf_module
+    ok = {"format_fail": 0.0, "no_reasoning": 0.0, "ila": 1.0, "cla": 1.0}
+    bad = {**ok, "ila": 0.0, "cla": 0.0}
+    groups = [([1.0, 0.5, 2.0], [0.25], ok), ([0.0, -1.0, 3.0], [1.5], bad)]  # 3 CoT + 1 no-think each
+    rows = []
+    for cot, plain, logs in groups:
+        rows += plugins.superior_cot_group([{"reward": torch.tensor([r]), "extra_logs": dict(ok)} for r in cot],
+                                           [{"reward": r, "extra_logs": dict(logs)} for r in plain])
+    mean = {k: np.mean([r["extra_logs"][k] for r in rows]) for k in ("raif_keep", "cot_reward_mean",
+                                                                     "nothink_reward_mean")}
+    assert mean["cot_reward_mean"] == pytest.approx(np.mean([1.0, 0.5, 2.0, 0.0, -1.0, 3.0]))
+    assert mean["nothink_reward_mean"] == pytest.approx(np.mean([0.25, 1.5]))
+    assert mean["raif_keep"] == pytest.approx(np.mean([rows[0]["extra_logs"]["raif_keep"],
+                                                       rows[4]["extra_logs"]["raif_keep"]]))
+    assert [_openrlhf_key(k, 1.0)[0] for k in mean] == ["keep_ratio", "cot_reward_mean", "nothink_reward_mean"]
+
+
+def test_the_last_step_is_evaluated_and_old_hf_checkpoints_pruned(openrlhf_module, monkeypatch, tmp_path):
+    _, plugins = openrlhf_module
+    evaluated = []
+    trainer = types.SimpleNamespace(args=_ns(eval={"steps": 4, "temperature": 0.7, "n_samples_per_prompt": 2}),
+                                    eval_dataloader=[1], generate_kwargs={"max_new_tokens": 8, "temperature": 1.0},
+                                    evaluate=lambda step, **kw: evaluated.append((step, kw)))
+    step = plugins._eval_last(lambda self, samples, g: ({}, g + 1), 6)
+    for g in range(6):  # steps 1..6: OpenRLHF's fit evaluates at 4; the plug-in adds 6, the last
+        step(trainer, [], g)
+    assert evaluated == [(6, {"max_new_tokens": 8, "temperature": 0.7, "n_samples_per_prompt": 2})]
+    monkeypatch.setenv("IFCORE_EVAL_LAST", "6")
+    monkeypatch.setenv("IFCORE_CKPT_KEEP", "2")
+    assert plugins.install() == ["BasePPOTrainer.train_step", "DeepspeedStrategy.save_model"]
+    # DeepspeedStrategy.save_model as the wheel's: rank 0 writes the folder (the module imports deepspeed itself)
+    strategy, saved = _ns(is_rank_0=lambda: True), []
+    save = plugins._prune_hf(lambda self, model, tok, out, **kw: (os.makedirs(out), saved.append(out)), 2)
+    ckpt = tmp_path / "checkpoints"
+    (ckpt / "_actor").mkdir(parents=True)
+    (ckpt / "best_global_step2_hf").mkdir()
+    for g in (2, 4, 6, 8):
+        save(strategy, None, None, str(ckpt / f"global_step{g}_hf"))
+    save(strategy, None, None, str(tmp_path / "model"))  # the final model: not a step's checkpoint
+    assert sorted(p.name for p in ckpt.iterdir()) == ["_actor", "best_global_step2_hf", "global_step6_hf",
+                                                      "global_step8_hf"]
+    assert (tmp_path / "model").is_dir() and len(saved) == 5
+
+
 def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, monkeypatch, tmp_path):
     module, plugins = openrlhf_module
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker

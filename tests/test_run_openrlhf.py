@@ -123,9 +123,14 @@ def test_notebook_commands_parse(arm, cfg):
 
     spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model="/cluster/policy", prompt_data="/cluster/train.jsonl",
                              n_prompts=4000, chat_template=cfg["reward"] != "raif", model_config=QWEN)
-    assert shlex.split(spec["entrypoint"])[:3] == argv[:3] and spec["runtime_env"]["env_vars"] == env
+    assert shlex.split(spec["entrypoint"])[:3] == argv[:3]
     assert spec["runtime_env"]["working_dir"] == str(REPO)
-    assert spec["runtime_env"].get("worker_process_setup_hook") == (openrlhf.PLUGINS_HOOK if on else None)
+    # the hook is always there: it keeps the newest HF checkpoints (IFCORE_CKPT_KEEP) and evaluates after the last
+    # step (IFCORE_EVAL_LAST, with eval data and steps not a multiple of eval_every)
+    assert spec["runtime_env"]["worker_process_setup_hook"] == openrlhf.PLUGINS_HOOK
+    assert env.items() <= spec["runtime_env"]["env_vars"].items()
+    assert spec["runtime_env"]["env_vars"]["IFCORE_CKPT_KEEP"] == "3"
+    assert on == bool(env.keys() - {"IFCORE_REWARD", "IFCORE_THINK", "IFCORE_ALPHA"})  # the arm's own plug-ins
 
 
 def test_bad_flag_is_named():
@@ -240,6 +245,18 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
         f.write(json.dumps({"prompt": "Say anything.", "label": json.dumps({"constraints": []})}) + "\n")
     with pytest.raises(ValueError, match=r"rows.jsonl: row 7 label: no constraints"):
         openrlhf.job_files(cfg, tmp_path / "run2")
+    # the no-think suffix: RAIF's block for a template without a thinking switch (this one); a model whose template
+    # has one (Qwen3's, as the embedded policy's template) gets the block that template writes
+    assert files["nothink_suffix"] == NOTHINK_SUFFIX and env["IFCORE_RAIF_NOTHINK_SUFFIX"] == NOTHINK_SUFFIX
+    import shutil
+
+    from ifcore.train.model import CHAT_TEMPLATE
+    qwen_like = tmp_path / "qwen_like"
+    shutil.copytree(TINY, qwen_like)
+    (qwen_like / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    data.write_text("".join(json.dumps(r) + "\n" for r in read_jsonl(data)[:6]))
+    got = openrlhf.job_files(dict(cfg, model=str(qwen_like)), tmp_path / "run4")
+    assert got["nothink_suffix"] == "<think>\n\n</think>\n\n"
     # a prompt longer than the model's positions leave after max_new_tokens: refused by row, not cut from the left
     label = read_jsonl(data)[0]["label"]
     data.write_text("".join(json.dumps({"prompt": p, "label": label}) + "\n"
@@ -583,3 +600,16 @@ def test_accepted_plans_fit_their_gpus(prompts, group, micro, new, prompt_len, s
     n = openrlhf.n_params(QWEN)
     states = {0: 16 * n, 1: 4 * n + 12 * n / gpus, 2: 2 * n + 14 * n / gpus, 3: 16 * n / gpus}[stage]
     assert tokens * QWEN["vocab_size"] * 4 + states <= gib * 2 ** 30
+
+
+def test_the_job_evaluates_its_last_step_and_keeps_k_hf_checkpoints():
+    cfg = dict(CONFIGS[0][1], steps=10, eval_every=4)  # OpenRLHF evaluates at 4 and 8; the plug-in adds 10
+    kw = dict(model="/cluster/policy", prompt_data="/cluster/train.jsonl", n_prompts=4000, chat_template=False,
+              model_config=QWEN)
+    env = openrlhf.job_spec(cfg, "/r", eval_data="/cluster/test.jsonl", keep_checkpoints=2, **kw)["runtime_env"]
+    assert env["env_vars"]["IFCORE_EVAL_LAST"] == "10" and env["env_vars"]["IFCORE_CKPT_KEEP"] == "2"
+    assert env["worker_process_setup_hook"] == openrlhf.PLUGINS_HOOK
+    env = openrlhf.job_spec(dict(cfg, steps=8), "/r", eval_data="/cluster/test.jsonl", **kw)["runtime_env"]
+    assert "IFCORE_EVAL_LAST" not in env["env_vars"]  # 8 is a multiple of 4: OpenRLHF's own evaluation
+    argv = openrlhf.command(cfg, "/r", keep_checkpoints=2, **kw)
+    assert argv[argv.index("--ckpt.max_num") + 1] == "2"

@@ -45,6 +45,9 @@ a sys.meta_path finder patches each class when OpenRLHF itself imports its modul
   prompt loader could not fill ends the episode untrained, and IFCORE_RAIF_STEPS=S ends the run after S global
   steps (refills draw prompts beyond S x batch, so the builder gives the run more). The reward function (IFCORE_THINK=raif) judges a no-think rollout's answer;
   IFCORE_RAIF_NOTHINK_ACCURACY=authors gives it -2 as the authors' code does.
+- IFCORE_EVAL_LAST=S: BasePPOTrainer.train_step also evaluates after global step S (the run's last) when S is not a
+  multiple of --eval.steps. IFCORE_CKPT_KEEP=K: DeepspeedStrategy.save_model keeps the newest K HF checkpoints
+  (global_step<N>_hf) of --ckpt.save_hf (--ckpt.max_num prunes only DeepSpeed's).
 - IFCORE_BC_COEF=c (> 0) with IFCORE_BC_DATA=JSONL of {prompt, response}: RAIF eq. 8's behaviour cloning. 0.11
   removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward at the
   first micro-batch of each optimizer step, the NLL being the token mean over the step's IFCORE_BC_BATCH (default 4)
@@ -104,6 +107,7 @@ EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 SAMPLES_GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
 PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
 PPO_TRAINER = "openrlhf.trainer.ppo_trainer"
+DEEPSPEED = "openrlhf.utils.deepspeed.deepspeed"
 
 
 class _PatchOnImport:
@@ -202,6 +206,18 @@ def install() -> list[str]:
                      lambda original: _bc_ppo_train(original, experts, int(batch)), "bc"),
                     (PPO_ACTOR, "ActorPPOTrainer", "training_step",
                      lambda original: _bc_training_step(original, coef), "bc")]
+    last = os.environ.get("IFCORE_EVAL_LAST")
+    if last:
+        if not last.isdigit() or int(last) < 1:
+            raise ValueError(f"IFCORE_EVAL_LAST must be the run's last global step, got {last!r}")
+        patches.append((PPO_TRAINER, "BasePPOTrainer", "train_step",
+                        lambda original: _eval_last(original, int(last)), "eval"))
+    keep = os.environ.get("IFCORE_CKPT_KEEP")
+    if keep:
+        if not keep.isdigit() or int(keep) < 1:
+            raise ValueError(f"IFCORE_CKPT_KEEP must be a positive number of HF checkpoints, got {keep!r}")
+        patches.append((DEEPSPEED, "DeepspeedStrategy", "save_model",
+                        lambda original: _prune_hf(original, int(keep)), "ckpt"))
     _FINDER.pending = {}  # this call's features only (a test's install after another's)
     for module, cls, method, make, tag in patches:
         if module in sys.modules:
@@ -406,9 +422,14 @@ def superior_cot_group(think: list[dict], nothink: list[dict], test: str = "grou
         count = [round(float(x.get("cla", 0.0)) * float(x.get("constraints", 0.0))) for x in logs]
         sample_ok = reference_superior(np.array([count]), np.array([judged]), _reference_count(out[0].get("label")))
     keep, train = superior_cot_mask(acc, flags, sample_ok, group="group" in test)
+    n, k = len(out), len(nothink)
     for r, nt, tr in zip(out, flags[0], train[0]):
+        reward = 0.0 if r.get("reward") is None else float(np.asarray(r["reward"], dtype=float).reshape(-1)[0])
+        # scaled so that their mean over the step's samples (OpenRLHF logs that) is the embedded trainer's
+        # cot_reward_mean / nothink_reward_mean: every group has n - k CoT and k no-think rollouts
         r["extra_logs"] = {**(r.get("extra_logs") or {}), "raif_nothink": float(nt), "raif_keep": float(keep[0]),
-                           "raif_train": float(tr)}
+                           "raif_train": float(tr), "cot_reward_mean": 0.0 if nt else reward * n / (n - k),
+                           "nothink_reward_mean": reward * n / k if nt else 0.0}
     return out
 
 
@@ -503,6 +524,43 @@ def _count_steps(original):
         return status, global_step
 
     return train_step
+
+
+# ---- the run's end: evaluation at the last step, HF checkpoints kept ------------------------------------------------
+
+def _eval_last(original, last: int):
+    """BasePPOTrainer.train_step that also evaluates after global step `last` when it is not a multiple of
+    --eval.steps (OpenRLHF evaluates at the multiples only; the embedded trainer also after its last step), as
+    PPOTrainer.fit evaluates."""
+    def train_step(self, rollout_samples, global_step):
+        status, global_step = original(self, rollout_samples, global_step)
+        if global_step == last and global_step % self.args.eval.steps and self.eval_dataloader:
+            self.evaluate(global_step, **{**self.generate_kwargs, "temperature": self.args.eval.temperature,
+                                          "n_samples_per_prompt": self.args.eval.n_samples_per_prompt})
+        return status, global_step
+
+    return train_step
+
+
+def _prune_hf(original, keep: int):
+    """DeepspeedStrategy.save_model that, after saving a step's HF checkpoint (CKPT/global_step<N>_hf, written by
+    --ckpt.save_hf every --ckpt.save_steps), removes all but the newest `keep` of them on rank 0: --ckpt.max_num
+    prunes DeepSpeed's own checkpoints (CKPT/_actor) only. The best checkpoint (best_global_step<N>_hf) and the
+    final model (--ckpt.output_dir) are never touched."""
+    import re
+    import shutil
+
+    def save_model(self, model, tokenizer, output_dir, **kwargs):
+        result = original(self, model, tokenizer, output_dir, **kwargs)
+        folder = os.path.dirname(os.path.abspath(output_dir))
+        if re.fullmatch(r"global_step\d+_hf", os.path.basename(os.path.normpath(output_dir))) and self.is_rank_0():
+            steps = sorted((int(m.group(1)), name) for name in os.listdir(folder)
+                           if (m := re.fullmatch(r"global_step(\d+)_hf", name)))
+            for _, name in steps[:-keep]:
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        return result
+
+    return save_model
 
 
 # ---- RAIF: behaviour cloning (eq. 8) -------------------------------------------------------------------------------

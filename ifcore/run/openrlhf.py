@@ -310,7 +310,9 @@ def job_files(cfg: dict, run_dir) -> dict:
     that file), model, prompt_data, eval_data, n_prompts, max_prompt_len (the longest prompt in the policy's
     tokens, train and eval, with the no-think suffix under superior_cot; a prompt that leaves less than max_new_tokens
     of the model's positions is refused by file and row, where OpenRLHF would cut it from the left), model_config
-    (the model's config.json, for the launch planner), chat_template False and think_gate (the embedded trainer's
+    (the model's config.json, for the launch planner), nothink_suffix (under superior_cot: RAIF's empty think block
+    for the embedded warm start, which was cloned on it; for a model given by name whose chat template has a
+    thinking switch, the block that template writes, Qwen3's "<think>\n\n</think>\n\n"; else None), chat_template False and think_gate (the embedded trainer's
     format gate for this tokenizer). A row whose label has no constraints is refused (OpenRLHF's reward
     function cannot score it). The folder must be one the cluster sees, as must the model."""
     from transformers import AutoConfig, AutoTokenizer
@@ -344,11 +346,20 @@ def job_files(cfg: dict, run_dir) -> dict:
             raise ValueError(f"rtt_discriminator: the tokenizer of {config.rtt_discriminator} differs from the "
                              "policy's (RTT's discriminator reads the policy's token ids)")
     train_rows, eval_rows = prompts(paths["train_data"]), prompts(paths["test_data"], config.eval_prompts)
-    extra = 0
-    if config.superior_cot != "off":  # the plug-ins append RAIF's empty think block to no-think prompts
+    extra, suffix = 0, None
+    if config.superior_cot != "off":  # the plug-ins append an empty think block to no-think prompts
         from ifcore.integrations.openrlhf_plugins import NOTHINK_SUFFIX
+        from ifcore.train.model import has_think_switch
 
-        extra = len(tokenizer(NOTHINK_SUFFIX, add_special_tokens=False)["input_ids"])
+        suffix = NOTHINK_SUFFIX  # RAIF's, which the warm start was cloned on; a real model gets its template's
+        if config.model is not None and has_think_switch(tokenizer):  # (Qwen3: "<think>\n\n</think>\n\n")
+            turn = [{"role": "user", "content": "x"}]
+            plain = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+            bare = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True,
+                                                 enable_thinking=False)
+            if bare.startswith(plain) and "</think>" in bare[len(plain):]:
+                suffix = bare[len(plain):]
+        extra = len(tokenizer(suffix, add_special_tokens=False)["input_ids"])
     lengths = [len(tokenizer(r["prompt"], add_special_tokens=False)["input_ids"]) + extra
                for r in train_rows + eval_rows]
     longest = max(lengths)
@@ -363,7 +374,7 @@ def job_files(cfg: dict, run_dir) -> dict:
                          f"{config.max_new_tokens} (OpenRLHF would cut it from the left)")
     files = {"cfg": dict(cfg), "model": paths["model"], "prompt_data": write("train.jsonl", train_rows),
              "eval_data": write("test.jsonl", eval_rows), "n_prompts": len(train_rows), "max_prompt_len": longest,
-             "model_config": model_cfg,
+             "model_config": model_cfg, "nothink_suffix": suffix,
              "chat_template": False, "think_gate": _think_mode(config, tokenizer)}
     if config.bc_coef:  # RAIF eq. 8: the prompt as the embedded trainer builds it for an expert pair
         experts = [{"prompt": raif_prompt(tokenizer, r["prompt"]) if config.reward == "raif"
@@ -425,13 +436,21 @@ def check_flags(argv: list[str]) -> None:
 
 
 def job_spec(cfg: dict, run_dir: str, *, working_dir: str | None = None, think_gate: str | None = None,
-             **command_kwargs) -> dict:
+             nothink_suffix: str | None = None, **command_kwargs) -> dict:
     """{"entrypoint", "runtime_env"} of the Ray job (POST /api/jobs/ takes both as they are): the command as one
     shell string; the repository as working_dir (ifcore importable in every worker, the reward module's relative
     path valid; runs, caches and the venv left out), the reward and plug-in settings as env_vars, and with RTT or
-    RAIF options the plug-ins' install hook run in each worker before OpenRLHF's code."""
+    RAIF options the plug-ins' install hook run in each worker before OpenRLHF's code (always, in fact: it keeps
+    the newest keep_checkpoints HF checkpoints, IFCORE_CKPT_KEEP, and with eval_data evaluates after the last step
+    when steps is not a multiple of eval_every, IFCORE_EVAL_LAST). nothink_suffix: the no-think prompts' empty
+    think block (job_files reads it from the model's chat template)."""
     argv = command(cfg, run_dir, **command_kwargs)
     env = reward_env(cfg, command_kwargs.get("rtt_relevance"), think_gate)
+    if nothink_suffix and "IFCORE_RAIF_NOTHINK" in env:
+        env["IFCORE_RAIF_NOTHINK_SUFFIX"] = nothink_suffix
+    if command_kwargs.get("eval_data") and cfg["steps"] % cfg["eval_every"]:  # OpenRLHF: multiples of eval_every
+        env["IFCORE_EVAL_LAST"] = str(cfg["steps"])
+    env["IFCORE_CKPT_KEEP"] = str(command_kwargs.get("keep_checkpoints", 3))  # --ckpt.max_num spares the HF ones
     runtime_env = {"working_dir": str(working_dir or REPO), "env_vars": env,
                    "excludes": [".git", ".venv", ".cache", "runs", "papermill_runs", "figures", "__pycache__"]}
     if env.keys() - {"IFCORE_REWARD", "IFCORE_THINK", "IFCORE_ALPHA"}:
