@@ -613,3 +613,30 @@ def test_the_job_evaluates_its_last_step_and_keeps_k_hf_checkpoints():
     assert "IFCORE_EVAL_LAST" not in env["env_vars"]  # 8 is a multiple of 4: OpenRLHF's own evaluation
     argv = openrlhf.command(cfg, "/r", keep_checkpoints=2, **kw)
     assert argv[argv.index("--ckpt.max_num") + 1] == "2"
+
+
+def test_the_readme_runbook_is_the_planners_output():
+    # README's GPU runbook shows `ifcore openrlhf-plan --runbook NAME` for each configuration, and each runbook
+    # line's comment the planner's peak: regenerate them (the CLI's output) when the planner changes
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name, r in openrlhf.RUNBOOK.items():
+        text = openrlhf.describe(r["config"], model=r["model"], max_prompt_len=r["max_prompt_len"])
+        assert f"```\n{text}\n```" in readme, name
+        peak = re.search(r"peak\s+([\d.]+) GiB", text).group(1)
+        label = {"smoke": "Smoke run", "02": "Notebook 02", "03": "Notebook 03", "04": "Notebook 04"}[name]
+        assert f"# {label} (8 x 80 GB; planner peak {peak} GiB per GPU" in readme, name
+
+
+def test_the_plan_command_line(capsys):
+    from ifcore.cli import main
+
+    assert main(["openrlhf-plan", "--runbook", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("python3 -m openrlhf.cli.train_ppo_ray") and "(fits)" in out
+    with pytest.raises(SystemExit) as stop:
+        main(["openrlhf-plan", "--runbook", "03", "--no-gradient-checkpointing", "--max-tokens-per-gpu", "0"])
+    assert stop.value.code == 2
+    assert "ifcore openrlhf-plan: error: memory: the plan needs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["openrlhf-plan", "--config", "{}"])
+    assert "--model: give a hub id or folder, or --runbook" in capsys.readouterr().err
