@@ -22,7 +22,7 @@ from ifcore.advantages import group_norm, token_rtt
 from ifcore.rewards import raif
 
 REPO = Path(__file__).resolve().parents[1]
-PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED", "IFCORE_RTT_LABELS",
+PLUGIN_ENV = ("IFCORE_EVAL_LAST", "IFCORE_CKPT_KEEP", "IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED", "IFCORE_RTT_LABELS",
               "IFCORE_RTT_DISCRIMINATOR", "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX", "IFCORE_RAIF_FILTER",
               "IFCORE_RAIF_TEST", "IFCORE_RAIF_REFILL", "IFCORE_RAIF_NOTHINK_ACCURACY",
               "IFCORE_BC_COEF", "IFCORE_BC_DATA", "IFCORE_BC_BATCH")
@@ -892,7 +892,7 @@ def test_install_imports_no_gpu_module_and_patches_on_import(wheel_dir, tmp_path
     experts.write_text(json.dumps({"prompt": "p", "response": "r"}) + "\n")
     env = {"IFCORE_RTT_BETA": "0.5", "IFCORE_RTT_RELEVANCE": "uniform",
            "IFCORE_RAIF_NOTHINK": "1", "IFCORE_RAIF_REFILL": "1", "IFCORE_RAIF_STEPS": "3",
-           "IFCORE_BC_COEF": "0.1", "IFCORE_BC_DATA": str(experts)}
+           "IFCORE_BC_COEF": "0.1", "IFCORE_BC_DATA": str(experts), "IFCORE_EVAL_LAST": "3", "IFCORE_CKPT_KEEP": "2"}
     code = f"""
 import sys
 sys.path.insert(0, {str(REPO / "tests")!r})
@@ -909,7 +909,9 @@ from test_openrlhf_plugins import _module
 sys.modules["openrlhf.datasets"] = _module("openrlhf.datasets", PromptDataset=object)
 sys.modules["openrlhf.datasets.utils"] = _module("openrlhf.datasets.utils", blending_datasets=None)
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
-assert BasePPOTrainer.train_step._ifcore == ("raif",)
+assert BasePPOTrainer.train_step._ifcore == ("raif", "eval")
+from ifcore.integrations.openrlhf_plugins import _FINDER  # deepspeed.py needs the real deepspeed: still pending
+assert [c for c, *_ in _FINDER.pending["openrlhf.utils.deepspeed.deepspeed"]] == ["DeepspeedStrategy"]
 assert RemoteExperienceMaker.compute_advantages_and_returns._ifcore == ("rtt", "raif")
 assert SamplesGenerator.generate_samples._ifcore == ("raif",)
 assert ActorPPOTrainer.training_step._ifcore == ActorPPOTrainer.ppo_train._ifcore == ("bc",)
@@ -919,6 +921,7 @@ print(names)
                           env={**os.environ, **env, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert "ActorPPOTrainer.training_step" in done.stdout and "BasePPOTrainer.train_step" in done.stdout
+    assert "DeepspeedStrategy.save_model" in done.stdout
 
 
 def test_plugins_import_no_trainer():
