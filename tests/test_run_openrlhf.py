@@ -573,12 +573,13 @@ def test_every_runbook_configuration_fits_one_80gb_gpu(name):
         assert plan["terms"]["discriminator"] > 0
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(prompts=st.sampled_from([8, 16, 32, 64]), group=st.sampled_from([2, 4, 8, 16]),
        micro=st.integers(1, 64), new=st.sampled_from([64, 512, 2048, 8192, 30000]),
-       prompt_len=st.sampled_from([128, 1024, 4096]), stage=st.sampled_from([0, 1, 2, 3]),
-       ckpt=st.booleans(), budget=st.sampled_from([0, None, 4096, 65536]), gib=st.sampled_from([24, 40, 80, 141]),
-       util=st.sampled_from([0.3, 0.5, 0.8]), gpus=st.sampled_from([1, 2, 8]))
+       prompt_len=st.sampled_from([128, 1024, 4096]), stage=st.sampled_from([0, 1, 2, 2, 3, 3]),
+       ckpt=st.sampled_from([True, True, False]), budget=st.sampled_from([0, None, None, 4096, 65536]),
+       gib=st.sampled_from([24, 80, 141, 141]), util=st.sampled_from([0.3, 0.5, 0.8]),
+       gpus=st.sampled_from([1, 8, 8]))  # weighted towards plans that fit: about half are accepted
 def test_accepted_plans_fit_their_gpus(prompts, group, micro, new, prompt_len, stage, ckpt, budget, gib, util, gpus):
     cfg = asdict(load_config(None, prompts_per_step=prompts, group_size=group, micro_batch=micro, max_new_tokens=new))
     try:
