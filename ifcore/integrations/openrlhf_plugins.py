@@ -534,7 +534,7 @@ def _eval_last(original, last: int):
     PPOTrainer.fit evaluates."""
     def train_step(self, rollout_samples, global_step):
         status, global_step = original(self, rollout_samples, global_step)
-        if global_step == last and global_step % self.args.eval.steps and self.eval_dataloader:
+        if global_step == last and global_step % self.args.eval.steps and getattr(self, "eval_dataloader", None):
             self.evaluate(global_step, **{**self.generate_kwargs, "temperature": self.args.eval.temperature,
                                           "n_samples_per_prompt": self.args.eval.n_samples_per_prompt})
         return status, global_step
