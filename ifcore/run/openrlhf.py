@@ -152,8 +152,8 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
     batching (max_tokens_per_gpu: None is TOKEN_BUDGET, raised to --data.max_len; 0 turns dynamic batching off and
     the micro-batch sizes the step) are on by default, as upstream's examples run; zero_stage (--ds.zero_stage),
     vllm_gpu_util (--vllm.gpu_memory_utilization); a plan whose peak exceeds gpu_gib is refused with the knob that
-    lowers its largest term. keep_checkpoints: --ckpt.max_num (DeepSpeed checkpoints kept) and the HF checkpoints
-    the plug-ins keep (IFCORE_CKPT_KEEP in reward_env).
+    lowers its largest term. keep_checkpoints: --ckpt.max_num (DeepSpeed checkpoints kept; job_spec also has the
+    plug-ins keep as many HF checkpoints, IFCORE_CKPT_KEEP).
     """
     model = model or cfg.get("model")
     if not model:
@@ -312,8 +312,9 @@ def job_files(cfg: dict, run_dir) -> dict:
     of the model's positions is refused by file and row, where OpenRLHF would cut it from the left), model_config
     (the model's config.json, for the launch planner), nothink_suffix (under superior_cot: RAIF's empty think block
     for the embedded warm start, which was cloned on it; for a model given by name whose chat template has a
-    thinking switch, the block that template writes, Qwen3's "<think>\n\n</think>\n\n"; else None), chat_template False and think_gate (the embedded trainer's
-    format gate for this tokenizer). A row whose label has no constraints is refused (OpenRLHF's reward
+    thinking switch, the block that template writes, Qwen3's "<think>\n\n</think>\n\n"; else None), chat_template
+    False and think_gate (the embedded trainer's format gate for this tokenizer). A row whose label has no
+    constraints is refused (OpenRLHF's reward
     function cannot score it). The folder must be one the cluster sees, as must the model."""
     from transformers import AutoConfig, AutoTokenizer
 
