@@ -144,6 +144,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64, help="generate, train: per completion (default: 64)")
     p.add_argument("--no-server", action="store_true", help="generate: in process only")
 
+    p = sub.add_parser("openrlhf-plan", help="the OpenRLHF launch command of a run and its memory plan per GPU "
+                                             "(ifcore.run.openrlhf); exit 2 when it cannot fit")
+    p.add_argument("--runbook", help="one of the README runbook's configurations (smoke, 02, 03, 04)")
+    p.add_argument("--config", help="TrainConfig fields as JSON (over the runbook's, if given)")
+    p.add_argument("--model", help="hub id or folder (the runbook's: Qwen/Qwen3-4B, ...)")
+    p.add_argument("--max-prompt-len", type=int, help="the longest prompt in tokens (runbook: 1024)")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default: 80)")
+    p.add_argument("--zero-stage", type=int, default=2, choices=[0, 1, 2, 3])
+    p.add_argument("--max-tokens-per-gpu", type=int, help="token budget per GPU and micro-batch (0: micro_batch)")
+    p.add_argument("--vllm-gpu-util", type=float, default=0.5)
+    p.add_argument("--no-gradient-checkpointing", action="store_true")
+
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -204,6 +218,21 @@ def _run(args) -> int:
 
         flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
         train(load_config(args.config, **flags))
+        return 0
+    if args.command == "openrlhf-plan":
+        from ifcore.run.openrlhf import RUNBOOK, describe
+
+        if args.runbook and args.runbook not in RUNBOOK:
+            raise ValueError(f"--runbook: one of {', '.join(RUNBOOK)}, got {args.runbook!r}")
+        book = RUNBOOK.get(args.runbook, {"config": {}, "max_prompt_len": 1024})
+        model = args.model or book.get("model")
+        if not model:
+            raise ValueError("--model: give a hub id or folder, or --runbook")
+        print(describe({**book["config"], **json.loads(args.config or "{}")}, model=model,
+                       max_prompt_len=args.max_prompt_len or book["max_prompt_len"],
+                       gpus_per_node=args.gpus_per_node, nodes=args.nodes, gpu_gib=args.gpu_gib,
+                       zero_stage=args.zero_stage, max_tokens_per_gpu=args.max_tokens_per_gpu,
+                       vllm_gpu_util=args.vllm_gpu_util, gradient_checkpointing=not args.no_gradient_checkpointing))
         return 0
     if args.command == "validate-dataset":
         from ifcore.integrations import validate_dataset

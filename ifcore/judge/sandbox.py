@@ -2,54 +2,68 @@
 
 ScopeIF runs each tool in a fresh interpreter (`python -I`, RLIMIT_AS 1 GB, RLIMIT_CPU 5 s); that pattern is
 `run_spawned` here, the baseline `ifcore bench sandbox` measures against. `Sandbox` keeps a pool of worker
-processes with ifcore.text already imported; each call forks a child of a worker, which locks itself down
-before it runs the tool:
-- its own session (process group), so a timeout kills everything it is;
-- only its result pipe left open, stdin/stdout/stderr on /dev/null, a fresh scratch directory as cwd,
-  an environment of PATH only (no secrets);
-- as root (tests, CI): no network at all (the worker sits in a new network namespace whose loopback is down)
-  and a private tmpfs on /tmp, /var/tmp, /dev/shm (a new mount namespace); then it becomes nobody, so the
-  filesystem is read-only to it except its scratch directory, and it cannot signal or trace the worker;
-- not root: socket functions replaced by ones that raise (ctypes could still reach the system call, which
-  the seccomp filter below closes on x86_64); the tool keeps the caller's uid, so files the caller may
-  delete or create empty stay exposed;
-- rlimits: CPU seconds, address space, file size 0 (no file gets a byte), processes 0 (no fork, no threads),
-  a few file descriptors, no core dumps;
-- on x86_64 a seccomp filter: no new processes or threads, programs, sockets, signals to other processes,
-  namespaces, mounts, tracing. `Sandbox.hardening` says which of these are in force.
-Each worker runs under ifcore.reaper and is itself a child subreaper: a replaced or stopped worker, and anything a
-tool's process might leave, is reaped, whatever PID 1 does.
+processes with ifcore.text already imported. Each worker forks, before it reads any request, a zygote; per call
+the zygote forks a call process, which alone reads the request (so no later call's memory holds an earlier
+call's code or arguments), puts itself into new PID, IPC, mount, UTS and network namespaces and forks the tool's
+process, PID 1 of its namespace. That process locks itself down before the tool runs:
+- its own /proc (it sees no other process: no environment, command line, /proc/<pid>/root or memory of any),
+  a read-only view of the filesystem with fresh tmpfs on /tmp (its cwd), /var/tmp, /dev/shm, /run/lock and
+  empty read-only /root and /home; SysV and POSIX IPC objects die with the call; no network interface at all;
+- as root: a uid and gid of its own (UID_BASE + the call process's pid, no groups), shared with no other call
+  and no host process, so it can signal, trace or resource-limit nothing but itself; without root the worker
+  first enters a user namespace (the caller's uid mapped to 0) and the tool drops every capability: the same
+  namespaces, filter and read-only view, under the caller's uid (see README, "Sandbox");
+- only its result pipe open, stdin/stdout/stderr on /dev/null, an environment of PATH only;
+- rlimits: CPU seconds, address space, file size 0 (no file gets a byte), processes 0, 16 descriptors, no core;
+- on x86_64 an allowlist seccomp filter (_ALLOWED_SYSCALLS, measured with strace on the tests' tools):
+  every other call (processes, threads, programs, sockets, io_uring, keyctl, SysV IPC, signals, ptrace,
+  process_vm_*, bpf, perf_event_open, mount, unshare, setns, ...) fails with EPERM.
+The call process reads the reply until EOF or the wall deadline, then kills the namespace (its PID 1 dies and
+the kernel takes everything in it, tmpfs included), so cleanup is inside the deadline. Each worker runs under
+ifcore.reaper and is itself a child subreaper: nothing a call leaves outlives the pool.
 The tool runs with the full builtins (as ScopeIF's do); the helpers the prompt promises, `count_word` (also
-as `word_count`) and `split_sentences`, are in its globals. Its result must be JSON and at most RESULT_CAP characters once
-serialized (ScopeIF drops larger ones). Every call returns {"ok", "result", "error", "kind"} with kind one of
-"ok", "error", "timeout", "killed", "too_large", "bad_result"; a tool never raises in the caller.
+as `word_count`) and `split_sentences`, are in its globals. Its result must be JSON (no NaN or Infinity) and at
+most RESULT_CAP characters once serialized (ScopeIF drops larger ones). The caller's side decodes what it reads
+defensively (sizes, UTF-8, lone surrogates, nesting depth, NaN): every call returns {"ok", "result", "error",
+"kind"} with kind one of "ok", "error", "timeout", "killed", "too_large", "bad_result"; `Sandbox.run` never
+raises.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import queue
+import re
 import resource
 import select
-import shutil
 import signal
+import struct
 import subprocess
 import sys
-import tempfile
 import time
+from itertools import accumulate
 
 from ifcore import reaper
 
 RESULT_CAP = 10_000  # characters of the serialized result, as in ScopeIF
-NOBODY = 65534
+ERROR_CAP = 1_000  # characters of an error text the caller gets
+MAX_DEPTH = 64  # nesting of a result's lists and objects; deeper is a bad_result (json would recurse)
+UID_BASE = 1 << 30  # as root, a call runs as UID_BASE + its call process's pid: no host user has such a uid
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-CLONE_NEWNS, CLONE_NEWNET = 0x00020000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+KINDS = ("ok", "error", "timeout", "killed", "too_large", "bad_result")
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x4000, 1 << 18
+_ENVELOPE_MAX = 4 * RESULT_CAP + 4096  # a tool's reply is at most this many bytes; more is a hostile flood
+_LINE_MAX = 1 << 20  # a worker's reply line: far above anything it writes
+_SETUP_FAILED = 3  # the call process's problem codes: 0 none, 1 timeout, 2 too_large, 3 its own setup failed
 _SECCOMP = None  # the worker's filter program
-_ENVELOPE_MAX = 4 * RESULT_CAP + 4096  # a child's reply is at most this many bytes; more is a hostile flood
-# Modules a tool may want, imported by the worker: as nobody the interpreter's own files may be unreadable
-# (here it lives under /root), so a tool can only import what its worker already has.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_WORKER_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from ifcore.judge.sandbox import _worker; _worker()"
+# Modules a tool may want, imported by the worker: in the sandbox the interpreter's own files may be unreadable
+# or hidden (/root), so a tool can only import what its worker already has.
 _PRELOAD = ("re", "json", "math", "string", "collections", "itertools", "functools", "statistics", "unicodedata",
             "datetime", "random", "textwrap", "difflib", "heapq", "bisect", "operator", "fractions", "decimal",
             "typing", "dataclasses", "html", "csv", "io", "socket", "threading", "shutil", "tempfile")
@@ -59,7 +73,51 @@ def _result(kind: str, result=None, error: str | None = None) -> dict:
     return {"ok": kind == "ok", "result": result, "error": error, "kind": kind}
 
 
-# ---- the worker (python -m ifcore.judge.sandbox) --------------------------------------------------------------
+# ---- defensive decoding (both the worker and the caller use it) ------------------------------------------------
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _parse_json(data: bytes, limit: int):
+    """Strict JSON: at most `limit` bytes, valid UTF-8, nesting at most MAX_DEPTH, no NaN/Infinity, no lone
+    surrogate anywhere. Raises ValueError naming what is wrong (never RecursionError)."""
+    if len(data) > limit:
+        raise ValueError(f"{len(data)} bytes, more than {limit}")
+    text = data.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    brackets = _NOT_BRACKETS.sub("", _STRINGS.sub("", text))
+    if brackets and max(accumulate(1 if c in "[{" else -1 for c in brackets)) > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH}")
+    value = json.loads(text, parse_constant=_reject_constant)
+    json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate (from a \ud800 escape) raises here
+    return value
+
+
+def _cap(error) -> str:
+    return (error if isinstance(error, str) else repr(error))[:ERROR_CAP]
+
+
+def _checked(reply) -> dict:
+    """A result dict from a decoded reply (a tool's envelope or a worker's line): the kind known, the error text
+    capped, an ok result within RESULT_CAP. Anything else is a bad_result."""
+    if not isinstance(reply, dict) or reply.get("kind") not in KINDS:
+        return _result("bad_result", error="unreadable reply from the tool's process")
+    kind = reply["kind"]
+    if kind != "ok":
+        return _result(kind, error=_cap(reply.get("error")))
+    if "result" not in reply:
+        return _result("bad_result", error="the reply has no result")
+    size = len(json.dumps(reply["result"]))
+    if size > RESULT_CAP:  # enforced here: a tool writing its envelope to the pipe itself cannot skip the cap
+        return _result("too_large", error=f"result too large ({size} > {RESULT_CAP} characters)")
+    return _result("ok", reply["result"])
+
+
+# ---- the tool's process -----------------------------------------------------------------------------------------
 
 def word_count(text: str) -> int:
     """Words as ifcore counts them (text.Doc.words)."""
@@ -73,64 +131,33 @@ def split_sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in Doc(text).sentences]
 
 
-def _isolate_worker() -> dict:
-    """As root, put this worker (and so every child) into new network and mount namespaces once: doing it per
-    call would cost a namespace per call. Returns what is in force."""
-    syscalls = "seccomp" if os.uname().machine == "x86_64" else "not filtered"
-    if os.geteuid() != 0:
-        return {"user": "same", "network": "socket functions blocked", "tmp": "shared", "syscalls": syscalls}
-    libc = ctypes.CDLL(None, use_errno=True)
-    out = {"user": "nobody" if _can_become_nobody() else "same",
-           "network": "namespace" if libc.unshare(CLONE_NEWNET) == 0 else "socket functions blocked", "tmp": "shared",
-           "syscalls": syscalls}
-    if libc.unshare(CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0:
-        dirs = [d for d in (b"/tmp", b"/var/tmp", b"/dev/shm") if os.path.isdir(d)]
-        if all(libc.mount(b"tmpfs", d, b"tmpfs", MS_NOSUID | MS_NODEV, b"size=256m,mode=1777") == 0 for d in dirs):
-            out["tmp"] = "private tmpfs"
-    return out
-
-
-def _can_become_nobody() -> bool:
-    """Root in a user namespace (a rootless container) may have no uid 65534 to become: probe once."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-        finally:
-            os._exit(0 if os.getuid() == NOBODY else 1)
-    return os.waitpid(pid, 0)[1] == 0
-
-
-def _block_sockets() -> None:
-    """Without root there is no network namespace: make every way the socket module offers fail."""
-    import _socket
-    import socket
-
-    def blocked(*_args, **_kwargs):
-        raise PermissionError("network access is disabled in the sandbox")
-
-    for module in (socket, _socket):
-        for name in ("socket", "socketpair", "fromfd", "create_connection", "create_server", "getaddrinfo",
-                     "gethostbyname", "gethostbyname_ex", "gethostbyaddr"):
-            if hasattr(module, name):
-                setattr(module, name, blocked)
-
-
-# x86_64 numbers of the system calls a tool never needs: new processes and threads, programs, sockets,
-# signals to other processes, namespaces and mounts, tracing and other processes' memory. A filter closes
-# them even where rlimits, namespaces and uids do not reach (not root; root in a user namespace, where
-# RLIMIT_NPROC does not bind and the tool shares the caller's uid).
-_DENIED_SYSCALLS = {"socket": 41, "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "execve": 59,
-                    "kill": 62, "ptrace": 101, "rt_sigqueueinfo": 129, "mount": 165, "tkill": 200, "tgkill": 234,
-                    "unshare": 272, "rt_tgsigqueueinfo": 297, "setns": 308, "process_vm_readv": 310,
-                    "process_vm_writev": 311, "execveat": 322, "pidfd_send_signal": 424, "clone3": 435}
+# x86_64 numbers of the system calls CPython and the helpers make while a tool runs, measured with strace -f on
+# every tool in tests/test_sandbox.py and the bench (scripts: README, "Sandbox"), plus their siblings of the same
+# kind (stat/lstat/newfstatat/statx, select/poll/pselect6/ppoll, epoll). Everything else fails with EPERM.
+_ALLOWED_SYSCALLS = {
+    "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "fstat": 5, "lstat": 6, "poll": 7, "lseek": 8,
+    "mmap": 9, "mprotect": 10, "munmap": 11, "brk": 12, "rt_sigaction": 13, "rt_sigprocmask": 14,
+    "rt_sigreturn": 15, "ioctl": 16, "pread64": 17, "pwrite64": 18, "readv": 19, "writev": 20, "access": 21,
+    "pipe": 22, "select": 23, "sched_yield": 24, "mremap": 25, "madvise": 28, "dup": 32, "dup2": 33,
+    "nanosleep": 35, "getpid": 39, "exit": 60, "uname": 63, "fcntl": 72, "fsync": 74, "fdatasync": 75,
+    "truncate": 76, "ftruncate": 77, "getdents": 78, "getcwd": 79, "chdir": 80, "fchdir": 81, "rename": 82,
+    "mkdir": 83, "rmdir": 84, "creat": 85, "link": 86, "unlink": 87, "symlink": 88, "readlink": 89, "chmod": 90,
+    "fchmod": 91, "umask": 95, "gettimeofday": 96, "getrlimit": 97, "getrusage": 98, "sysinfo": 99, "times": 100,
+    "getuid": 102, "getgid": 104, "geteuid": 107, "getegid": 108, "getppid": 110, "getpgrp": 111,
+    "getgroups": 115, "getpgid": 121, "getsid": 124, "sigaltstack": 131, "statfs": 137, "fstatfs": 138,
+    "getpriority": 140, "gettid": 186, "futex": 202, "sched_getaffinity": 204, "getdents64": 217,
+    "set_tid_address": 218, "fadvise64": 221, "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230,
+    "exit_group": 231, "epoll_wait": 232, "epoll_ctl": 233, "openat": 257, "mkdirat": 258, "newfstatat": 262,
+    "unlinkat": 263, "renameat": 264, "readlinkat": 267, "faccessat": 269, "pselect6": 270, "ppoll": 271,
+    "set_robust_list": 273, "get_robust_list": 274, "epoll_pwait": 281, "epoll_create1": 291, "dup3": 292,
+    "pipe2": 293, "prlimit64": 302, "getcpu": 309, "getrandom": 318, "statx": 332, "rseq": 334,
+    "close_range": 436, "faccessat2": 439, "epoll_pwait2": 441,
+}
 
 
 def _seccomp_filter():
-    """The filter program (built once per worker: ctypes types cost a child more than the fork): the denied
-    calls fail with EPERM, a foreign ABI kills the process."""
+    """The allowlist program (built once per worker: ctypes types cost a call more than its fork): a foreign
+    ABI kills the process, x32 and every call not allowed fail with EPERM."""
     class Filter(ctypes.Structure):
         _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
 
@@ -138,20 +165,31 @@ def _seccomp_filter():
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
 
     load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    denied = sorted(_DENIED_SYSCALLS.values())
-    m = len(denied)
+    allowed = sorted(_ALLOWED_SYSCALLS.values())
+    m = len(allowed)  # < 256: a jump offset is one byte
     rules = [(load, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, 0x80000000),  # arch must be x86_64
-             (load, 0, 0, 0), (jge, m + 1, 0, 0x40000000)]  # x32 calls: deny
-    rules += [(jeq, m - i, 0, nr) for i, nr in enumerate(denied)]
-    rules += [(ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1)]  # allow; deny with EPERM
+             (load, 0, 0, 0), (jge, m, 0, 0x40000000)]  # x32 calls: to the EPERM below the comparisons
+    rules += [(jeq, m - i, 0, nr) for i, nr in enumerate(allowed)]  # a match jumps to the allow
+    rules += [(ret, 0, 0, 0x00050000 | 1), (ret, 0, 0, 0x7FFF0000)]  # EPERM; allow
     filters = (Filter * len(rules))(*[Filter(*r) for r in rules])
     return Program(len(rules), filters), filters  # the array must outlive the program that points at it
 
 
-def _install_seccomp(program) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(program), 0, 0) != 0:  # NO_NEW_PRIVS
-        raise OSError(ctypes.get_errno(), "seccomp filter not installed")
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def _drop_capabilities() -> None:
+    """In a user namespace the tool is uid 0 there: take every capability away (capset, all sets empty)."""
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    _check(_libc().syscall(126, header, data) == 0, "capset")
 
 
 def _limit(cpu_seconds: int, memory_mb: int) -> None:
@@ -177,7 +215,7 @@ def _call_tool(code: str, function: str, args: list) -> str:
     except BaseException as e:  # SystemExit and KeyboardInterrupt too: the tool's failure is a verdict input
         return json.dumps({"kind": "error", "error": _describe(e)})
     try:
-        text = json.dumps(value)
+        text = json.dumps(value, allow_nan=False)
     except BaseException as e:
         return json.dumps({"kind": "bad_result", "error": f"result is not JSON: {_describe(e)}"})
     if len(text) > RESULT_CAP:
@@ -192,29 +230,31 @@ def _describe(e: BaseException) -> str:
         return type(e).__name__
 
 
-def _child(write_fd: int, scratch: str, req: dict, as_nobody: bool) -> None:
-    """The forked child: lock down, run, write the envelope, exit. Never returns."""
+def _tool_process(write_fd: int, req: dict, uid: int) -> None:
+    """PID 1 of the call's namespaces: its own /proc, lock down, run, write the envelope, exit. Never returns."""
     try:
+        _check(_libc().mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) == 0, "mount /proc")
         os.setsid()
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         os.dup2(write_fd, 3)
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-        os.chdir(scratch)
+        os.chdir("/tmp")
         os.environ.clear()
         os.environ["PATH"] = SAFE_PATH
-        if as_nobody:
+        if uid:
             os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-        if req["hardening"]["network"] != "namespace":
-            _block_sockets()
+            os.setgid(uid)
+            os.setuid(uid)  # root's capabilities go with it
+        else:
+            _drop_capabilities()
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a file write then fails with EFBIG, reported as an error
         sys.dont_write_bytecode = True
         _limit(req["cpu_seconds"], req["memory_mb"])
-        if req["hardening"]["syscalls"] == "seccomp":
-            _install_seccomp(_SECCOMP[0])
+        if _SECCOMP is not None:
+            _check(_libc().prctl(38, 1, 0, 0, 0) == 0, "no_new_privs")
+            _check(_libc().prctl(22, 2, ctypes.byref(_SECCOMP[0]), 0, 0) == 0, "seccomp")
         envelope = _call_tool(req["code"], req["function"], req["args"]).encode()
         while envelope:
             envelope = envelope[os.write(3, envelope):]
@@ -222,69 +262,105 @@ def _child(write_fd: int, scratch: str, req: dict, as_nobody: bool) -> None:
         os._exit(0)
 
 
-def _read_until(fd: int, deadline: float) -> tuple[bytes, str | None]:
-    """Everything the child writes until EOF; the problem, if any: 'timeout' or 'too_large'."""
+# ---- the call process (one per call, forked by the zygote) -------------------------------------------------------
+
+def _private_view() -> None:
+    """In the call's new mount namespace: everything read-only, fresh tmpfs where programs write, /root and
+    /home empty."""
+    libc = _libc()
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0, "make / private")
+    attr = (ctypes.c_uint64 * 4)(MS_RDONLY | MS_NOSUID, 0, 0, 0)  # MOUNT_ATTR_RDONLY|NOSUID (nodev: no /dev/null)
+    _check(libc.syscall(442, -100, b"/", 0x8000, attr, ctypes.sizeof(attr)) == 0,  # mount_setattr AT_RECURSIVE
+           "mount_setattr (read-only /)")
+    for path, flags, options in (
+            (b"/tmp", 0, b"size=16m,nr_inodes=4096,mode=1777"), (b"/var/tmp", 0, b"size=1m,nr_inodes=64,mode=1777"),
+            (b"/dev/shm", 0, b"size=1m,nr_inodes=64,mode=1777"), (b"/run/lock", 0, b"size=1m,nr_inodes=64,mode=1777"),
+            (b"/root", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755"), (b"/home", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755")):
+        if os.path.isdir(path):
+            _check(libc.mount(b"tmpfs", path, b"tmpfs", flags | MS_NOSUID | MS_NODEV, options) == 0,
+                   f"tmpfs on {path.decode()}")
+
+
+def _call(request_fd: int, message_fd: int, as_root: bool) -> None:
+    """Read the request, enter new namespaces, run the tool as their PID 1 until EOF or the deadline, kill it,
+    and send the worker (status, problem, reply). Never returns."""
+    problem, status, data = 0, 0, b""
+    try:
+        req = json.loads(os.pread(request_fd, os.fstat(request_fd).st_size, 0))
+        os.close(request_fd)
+        deadline = time.monotonic() + req["timeout"]
+        uid = UID_BASE + os.getpid() if as_root else 0
+        _check(_libc().unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET) == 0,
+               "unshare")
+        _private_view()
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            os.close(message_fd)
+            _tool_process(write_fd, req, uid)
+        os.close(write_fd)
+        data, problem = _read_until(read_fd, deadline)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills the rest of it
+        status = os.waitpid(pid, 0)[1]
+    except BaseException as e:
+        problem, data = _SETUP_FAILED, _describe(e).encode()
+    finally:
+        message = struct.pack("<iiI", status, problem, len(data)) + data
+        with contextlib.suppress(OSError):
+            while message:
+                message = message[os.write(message_fd, message):]
+        os._exit(0)
+
+
+def _read_until(fd: int, deadline: float) -> tuple[bytes, int]:
+    """Everything the tool writes until EOF; the problem, if any: 1 (timeout) or 2 (more than _ENVELOPE_MAX)."""
     data = b""
     while True:
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return data, "timeout"
+            return data, 1
         chunk = os.read(fd, 65536)
         if not chunk:
-            return data, None
+            return data, 0
         data += chunk
         if len(data) > _ENVELOPE_MAX:
-            return data, "too_large"
+            return b"", 2
 
 
-def _execute(req: dict, base: str, n: int) -> dict:
-    as_nobody = req["hardening"]["user"] == "nobody"
-    scratch = os.path.join(base, str(n))
-    os.mkdir(scratch, 0o700)
-    if as_nobody:
-        os.chown(scratch, NOBODY, NOBODY)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(write_fd, scratch, req, as_nobody)
-    os.close(write_fd)
-    data, problem = _read_until(read_fd, time.monotonic() + req["timeout"])
-    os.close(read_fd)
-    # Always kill the whole group: the child may have written a reply and gone on running.
-    for kill in (os.killpg, os.kill):
-        try:
-            kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _, status = os.waitpid(pid, 0)
-    # The tool cannot fork under the rlimits and the filter; should a process of it ever get out (it would come to
-    # this worker, a subreaper), it is killed and reaped here, so nothing outlives the call. Usually no child is left.
+def _zygote(go_fd: int, request_fd: int, message_fd: int, as_root: bool) -> None:
+    """Fork a call process per byte on go_fd, one at a time. It never reads a request itself."""
+    while os.read(go_fd, 1):
+        pid = os.fork()
+        if pid == 0:
+            os.close(go_fd)
+            _call(request_fd, message_fd, as_root)
+        os.waitpid(pid, 0)
+    os._exit(0)
+
+
+# ---- the worker (python -m ifcore.judge.sandbox) --------------------------------------------------------------
+
+def _enter_user_namespace() -> None:
+    """Without root: become root of a new user namespace (the caller's uid and gid mapped to 0), so that each
+    call can have its namespaces and mounts; raises OSError saying why not."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc().unshare(CLONE_NEWUSER) == 0, "unshare(CLONE_NEWUSER): unprivileged user namespaces are off "
+                                                "here (kernel.unprivileged_userns_clone, user.max_user_namespaces, "
+                                                "an AppArmor or container seccomp policy)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _full_root() -> bool:
+    """Root of the host's user namespace (every uid can be taken): per-call uids work."""
     try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-        reaper.kill_and_reap_all()  # a child still running: a stray the tool left
-    except ChildProcessError:
-        pass
-    shutil.rmtree(scratch, ignore_errors=True)
-    if problem == "timeout":
-        return _result("timeout", error=f"wall time limit ({req['timeout']} s) exceeded")
-    if problem == "too_large":
-        return _result("too_large", error="result too large")
-    if not data:
-        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-            return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
-        how = f"by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else \
-            f"with status {os.WEXITSTATUS(status)}"
-        return _result("killed", error=f"the tool's process ended {how} before returning a result")
-    try:
-        reply = json.loads(data)
-        kind = reply["kind"]
-    except Exception:  # the tool wrote to the reply pipe itself, or nested its result too deep to read
-        kind = None
-    if kind not in ("ok", "error", "too_large", "bad_result"):
-        return _result("bad_result", error="unreadable reply from the tool's process")
-    return _result(kind, reply.get("result"), None if kind == "ok" else str(reply.get("error")))
+        with open("/proc/self/uid_map") as f:
+            return os.geteuid() == 0 and f.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
 
 
 def _worker() -> None:
@@ -294,97 +370,197 @@ def _worker() -> None:
 
     from ifcore.text import Doc
 
+    out = sys.stdout.buffer
     reaper.become_subreaper()
     for name in _PRELOAD:
         importlib.import_module(name)
     Doc("Warm up the splitter. It loads its parameters once.").sentences  # noqa: B018
-    hardening = _isolate_worker()
-    if hardening["syscalls"] == "seccomp":
-        global _SECCOMP
-        _SECCOMP = _seccomp_filter()
-    base = tempfile.mkdtemp(prefix="ifcore-sandbox-")
-    os.chmod(base, 0o711)  # nobody may enter its own scratch directory, not list the others
+    as_root = _full_root()
+    hardening = {"user": "per-call uid" if as_root else "caller's uid, no capabilities (user namespace)",
+                 "namespaces": "pid ipc mount uts net, per call", "network": "namespace",
+                 "filesystem": "read-only, private tmpfs", "syscalls": "not filtered"}
+    try:
+        if not as_root:
+            _enter_user_namespace()
+        if os.uname().machine == "x86_64":
+            global _SECCOMP
+            _SECCOMP = _seccomp_filter()
+            hardening["syscalls"] = "seccomp allowlist"
+    except OSError as e:
+        out.write((json.dumps({"ready": False, "error": str(e)}) + "\n").encode())
+        out.flush()
+        return
+    request_fd = os.memfd_create("ifcore-sandbox-request")
+    go_read, go_write = os.pipe()
+    message_read, message_write = os.pipe()
     gc.freeze()  # children then do not copy pages just to touch the collector's bookkeeping
-    out = sys.stdout.buffer
+    if os.fork() == 0:  # the zygote: forked before any request was read
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        for fd in (go_write, message_read, null):
+            os.close(fd)
+        _zygote(go_read, request_fd, message_write, as_root)
+    os.close(go_read)
+    os.close(message_write)
+
+    def serve(line: bytes) -> dict:
+        req = json.loads(line)
+        os.ftruncate(request_fd, 0)
+        os.pwrite(request_fd, line, 0)
+        os.write(go_write, b"g")
+        message = _read_exactly(message_read, 12, time.monotonic() + req["timeout"] + 5)
+        status, problem, size = struct.unpack("<iiI", message)
+        data = _read_exactly(message_read, size, time.monotonic() + 5) if size <= _ENVELOPE_MAX else None
+        if data is None:
+            raise OSError("the call process sent too much")
+        with contextlib.suppress(ChildProcessError):  # a stray the zygote left (none unless it died): reap it
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        return _reply(status, problem, data, req)
+
+    # A first call proves every step works here (namespaces, mounts, uid, filter): otherwise refuse, saying why.
+    probe = serve(json.dumps({"code": "def probe():\n    return 1", "function": "probe", "args": [], "timeout": 10,
+                              "cpu_seconds": 5, "memory_mb": 1024}).encode())
+    if probe != _result("ok", 1):
+        out.write((json.dumps({"ready": False, "error": f"the sandbox cannot run a tool here: {probe['error']}"})
+                   + "\n").encode())
+        out.flush()
+        return
     out.write((json.dumps({"ready": True, "hardening": hardening}) + "\n").encode())
     out.flush()
-    try:
-        for n, line in enumerate(sys.stdin.buffer):
-            try:
-                res = _execute(dict(json.loads(line), hardening=hardening), base, n)
-            except Exception as e:  # the worker must survive anything; a failed fork or mkdir is one failed call
-                res = _result("killed", error=f"sandbox worker error: {_describe(e)}")
-            out.write((json.dumps(res) + "\n").encode())
+    for line in sys.stdin.buffer:
+        try:
+            res = serve(line)
+        except Exception as e:  # the zygote or a call process misbehaved: report, then end; the pool replaces us
+            out.write((json.dumps(_result("killed", error=f"sandbox worker error: {_describe(e)}")) + "\n").encode())
             out.flush()
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+            os._exit(1)
+        out.write((json.dumps(res) + "\n").encode())
+        out.flush()
+
+
+def _read_exactly(fd: int, n: int, deadline: float) -> bytes:
+    data = b""
+    while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError("the call process did not report within its deadline")
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            raise EOFError("the zygote is gone")
+        data += chunk
+    return data
+
+
+def _reply(status: int, problem: int, data: bytes, req: dict) -> dict:
+    if problem == _SETUP_FAILED:
+        return _result("killed", error=_cap(f"sandbox setup failed: {data.decode(errors='replace')}"))
+    if problem == 1:
+        return _result("timeout", error=f"wall time limit ({req['timeout']} s) exceeded")
+    if problem == 2:
+        return _result("too_large", error="result too large")
+    if not data:
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+            return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
+        how = f"by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else \
+            f"with status {os.WEXITSTATUS(status)}"
+        return _result("killed", error=f"the tool's process ended {how} before returning a result")
+    try:
+        return _checked(_parse_json(data, _ENVELOPE_MAX))
+    except ValueError as e:  # the tool wrote to the reply pipe itself: bytes, depth, NaN, surrogates
+        return _result("bad_result", error=_cap(f"unreadable reply from the tool's process: {e}"))
 
 
 # ---- the caller's side ------------------------------------------------------------------------------------------
 
 class Sandbox:
-    """A pool of `workers` warm workers; `run` is thread-safe (each call takes an idle worker)."""
+    """A pool of `workers` warm workers; `run` is thread-safe (each call takes an idle worker, waiting at most
+    `queue_timeout` seconds for one). Raises RuntimeError, saying why, where tools cannot be run as promised."""
 
-    def __init__(self, workers: int = 2, timeout: float = 3.0, cpu_seconds: int = 3, memory_mb: int = 1024):
+    def __init__(self, workers: int = 2, timeout: float = 3.0, cpu_seconds: int = 3, memory_mb: int = 1024,
+                 queue_timeout: float = 60.0):
         self.timeout, self.cpu_seconds, self.memory_mb = timeout, cpu_seconds, memory_mb
-        self._workers = workers
+        self.queue_timeout = queue_timeout
+        self._workers = 0
         self._idle: queue.Queue = queue.Queue()
         self.hardening: dict = {}
         for _ in range(workers):
             self._idle.put(self._start())
+            self._workers += 1
 
     def _start(self) -> subprocess.Popen:
-        # A minimal environment: the worker (and so /proc/<worker>/environ) holds no secret of the caller. Under
-        # ifcore.reaper, in a session of its own: a worker that is replaced or stopped leaves nothing behind.
-        proc = reaper.popen([sys.executable, "-I", "-m", "ifcore.judge.sandbox"], grace=1, stdin=subprocess.PIPE,
+        # A minimal environment: the worker holds no secret of the caller. Under ifcore.reaper, in a session of
+        # its own: a worker that is replaced or stopped leaves nothing behind.
+        # The worker imports the caller's own ifcore (the first on its path), in isolated mode all the same.
+        proc = reaper.popen([sys.executable, "-I", "-c", _WORKER_MAIN, _ROOT], grace=1, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env={"PATH": SAFE_PATH})
         line = _readline(proc, time.monotonic() + 60)
-        if line is None:
+        ready = json.loads(line) if line else {"error": "it did not start (python -I, ifcore.judge.sandbox._worker)"}
+        if not ready.get("ready"):
             reaper.stop(proc)
-            raise RuntimeError("sandbox worker did not start (python -I -m ifcore.judge.sandbox)")
-        self.hardening = json.loads(line)["hardening"]
+            raise RuntimeError(f"sandbox worker refused: {ready.get('error')}")
+        self.hardening = ready["hardening"]
         return proc
 
     def run(self, code: str, function: str, args: list | tuple = ()) -> dict:
-        """Call `function(*args)` defined by `code`; {"ok", "result", "error", "kind"}, never an exception
-        for anything the code does. Raises TypeError for arguments that are not a list of JSON values."""
+        """Call `function(*args)` defined by `code`; {"ok", "result", "error", "kind"}, never an exception.
+        Arguments that are not a list of JSON values, or a closed sandbox, give kind "error"."""
         if not isinstance(args, (list, tuple)):
-            raise TypeError(f"args must be a list, got {type(args).__name__}")
-        request = json.dumps({"code": str(code), "function": str(function), "args": list(args),
-                              "timeout": self.timeout, "cpu_seconds": self.cpu_seconds,
-                              "memory_mb": self.memory_mb}) + "\n"
-        if not self._workers:
-            raise RuntimeError("the sandbox is closed")
-        proc = self._idle.get()
+            return _result("error", error=f"args must be a list, got {type(args).__name__}")
         try:
-            for fresh in (False, True):
-                if fresh or proc.poll() is not None:  # died between calls (killed from outside): a fresh worker
-                    reaper.stop(proc)
-                    proc = self._start()
-                try:
-                    proc.stdin.write(request.encode())
-                    proc.stdin.flush()
-                    break
-                except (OSError, ValueError):  # died between calls, its reaper not yet gone: the request never
-                    continue                    # reached it
-            line = _readline(proc, time.monotonic() + self.timeout + 30)
-            if line is None:  # the worker died or hangs: replace it, the call counts as killed
-                reaper.stop(proc)
-                proc = self._start()
-                return _result("killed", error="the sandbox worker died during the call")
-            return json.loads(line)
+            request = json.dumps({"code": str(code), "function": str(function), "args": list(args),
+                                  "timeout": self.timeout, "cpu_seconds": self.cpu_seconds,
+                                  "memory_mb": self.memory_mb}, allow_nan=False) + "\n"
+        except (TypeError, ValueError, RecursionError) as e:
+            return _result("error", error=_cap(f"args are not JSON: {_describe(e)}"))
+        if not self._workers:
+            return _result("error", error="the sandbox is closed")
+        try:
+            proc = self._idle.get(timeout=self.queue_timeout)
+        except queue.Empty:
+            return _result("timeout", error=f"no sandbox worker free within {self.queue_timeout} s")
+        held = [proc]  # what goes back to the idle queue, whatever happens (None: start one next time)
+        try:
+            return self._call(held, request.encode())
+        except Exception as e:  # a worker that cannot be restarted: this call fails, the next one tries again
+            return _result("killed", error=_cap(f"sandbox error: {_describe(e)}"))
         finally:
-            self._idle.put(proc)
+            self._idle.put(held[0])
+
+    def _call(self, held: list, request: bytes) -> dict:
+        proc = held[0]
+        for fresh in (False, True):
+            if proc is None or fresh or proc.poll() is not None:  # died between calls: a fresh worker
+                if proc is not None:
+                    reaper.stop(proc)
+                held[0] = None
+                held[0] = proc = self._start()
+            try:
+                proc.stdin.write(request)
+                proc.stdin.flush()
+                break
+            except (OSError, ValueError):  # died between calls, its reaper not yet gone: the request never
+                continue                    # reached it
+        line = _readline(proc, time.monotonic() + self.timeout + 30)
+        if line is None:  # the worker died or hangs: replace it, the call counts as killed
+            reaper.stop(proc)
+            held[0] = None
+            return _result("killed", error="the sandbox worker died during the call")
+        try:
+            return _checked(_parse_json(line, _LINE_MAX))
+        except ValueError as e:
+            return _result("bad_result", error=_cap(f"unreadable reply from the sandbox worker: {e}"))
 
     def close(self) -> None:
         """Stop the workers (waits for calls in flight)."""
         for _ in range(self._workers):
             proc = self._idle.get()
+            if proc is None:
+                continue
             proc.stdin.close()  # the worker ends at EOF, and its reaper with it
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
             reaper.stop(proc)
         self._workers = 0
 
@@ -396,12 +572,12 @@ class Sandbox:
 
 
 def _readline(proc: subprocess.Popen, deadline: float) -> bytes | None:
-    """One reply line from a worker, or None if it ended or the deadline passed. Reads the raw descriptor so
-    that nothing is buffered between calls."""
+    """One reply line from a worker, or None if it ended, the deadline passed or the line grew past _LINE_MAX.
+    Reads the raw descriptor so that nothing is buffered between calls."""
     fd, data = proc.stdout.fileno(), b""
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or len(data) > _LINE_MAX or not select.select([fd], [], [], left)[0]:
             return None
         chunk = os.read(fd, 65536)
         if not chunk:

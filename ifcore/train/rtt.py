@@ -832,8 +832,9 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
 
 @functools.cache
 def _saved_discriminator(path: str) -> Discriminator:
-    disc = Discriminator.from_pretrained(path, "cuda" if torch.cuda.is_available() else "cpu")
-    return disc.eval().requires_grad_(False)
+    cuda = torch.cuda.is_available()  # the OpenRLHF plug-ins call it in a reference actor: its GPU, in bf16
+    disc = Discriminator.from_pretrained(path, "cuda" if cuda else "cpu")
+    return (disc.to(torch.bfloat16) if cuda else disc).eval().requires_grad_(False)
 
 
 def saved_relevance(criteria: list[str], responses: list[list[int]]) -> list[np.ndarray]:
