@@ -37,10 +37,11 @@ test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR)
 	$(PY) -m pytest -q --durations=15
 
 # Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/ (the
-# repository's, found from the package: no --cwd needed, from any directory). Notebook 00 gets its plain
+# repository's, found from the package: no --cwd needed, from any directory). IFCORE_REPRODUCE=1 is what lets them:
+# any other run of a notebook writes its figures to runs/figures/NAME-KEY/ (ifcore.paths.notebook_figures). Notebook 00 gets its plain
 # defaults instead of widgets. From a fresh cache about 35 minutes on 2026-12-01's 2-core machine, 53 on 2026-12-02's
 # (1.9x slower at the same work; README). Finished runs in runs/ and cached completions are reused.
-PAPERMILL := $(VENV)/bin/papermill -k python3
+PAPERMILL := IFCORE_REPRODUCE=1 $(VENV)/bin/papermill -k python3
 
 reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR)
 	mkdir -p papermill_runs figures

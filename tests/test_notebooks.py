@@ -87,6 +87,37 @@ def test_defaults_are_found_from_the_package_whatever_the_working_directory(tmp_
     assert shipped.read_bytes() == (ROOT / "tests" / "data" / "scopeif_formalized.jsonl").read_bytes()
 
 
+def test_a_parameter_the_notebook_does_not_declare_stops_it_with_a_did_you_mean(tmp_path, monkeypatch):
+    from ifcore import paths
+
+    monkeypatch.setattr(paths, "repo_path", lambda path, default: tmp_path / default)
+    monkeypatch.delenv("IFCORE_REPRODUCE", raising=False)
+    params = "# Parameters (papermill overrides these)\nsteps: int = 40\nseeds: list = [0]\nfigures_dir: str = None\n"
+    ns = {"__annotations__": {"steps": int, "seeds": list, "figures_dir": str}, "steps": 2, "seeds": [0],
+          "figures_dir": None, "In": ["", params, "# Parameters\nstep = 2\nseeds = [0]\n"]}
+    with pytest.raises(ValueError, match=r"unknown parameter 'step' \(did you mean 'steps'\?\)"):
+        paths.notebook_figures("03_x", ns)
+    # Declared names only: figures go to a folder of this run's own, never to the repository's tracked figures/.
+    ns["In"][-1] = "# Parameters\nsteps = 2\n"
+    mine = paths.notebook_figures("03_x", ns)
+    assert mine.parent == tmp_path / "runs" / "figures" and mine.name.startswith("03_x-")
+    assert json.loads((mine / "parameters.json").read_text()) == {"figures_dir": None, "seeds": [0], "steps": 2}
+    assert paths.notebook_figures("03_x", {**ns, "steps": 3}) != mine  # other values, another folder
+    assert paths.notebook_figures("03_x", {**ns, "figures_dir": str(tmp_path / "f")}) == tmp_path / "f"
+    monkeypatch.setenv("IFCORE_REPRODUCE", "1")  # make reproduce alone writes the committed figures
+    assert paths.notebook_figures("03_x", ns) == tmp_path / "figures"
+
+
+@pytest.mark.slow
+def test_a_typo_in_a_papermill_parameter_stops_notebook_03_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))  # nothing may be built there
+    with pytest.raises(papermill.PapermillExecutionError, match="did you mean 'steps'"):
+        papermill.execute_notebook(str(ROOT / "notebooks" / "03_scopeif_graded_reward.ipynb"),
+                                   str(tmp_path / "out.ipynb"), parameters={"step": 2}, kernel_name="python3",
+                                   progress_bar=False)
+    assert not (tmp_path / "cache").exists()
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     """One cache (the tiny warm start) and one runs folder for all executions: the second run of notebook 03
