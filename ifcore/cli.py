@@ -4,13 +4,15 @@ Imports are inside the branches so that `ifcore verify` on a reward worker never
 Flags: `--input FILE` / `--output FILE` for files, `--output-dir DIR` for folders (older spellings stay as
 hidden aliases). Exit status: 0 done; 1 done, but some lines or rows were bad (each reported); 2 nothing
 done: a usage error, a missing or unreadable file, a bad line in a file that must be whole, a bad config.
-Such an error is one line on stderr, `ifcore CMD: error: FILE:LINE: field: what`, never a traceback.
+Such an error is one line on stderr, `ifcore CMD: error: FILE:LINE: field: what`, never a traceback. 141: the
+reader of standard output went away (`| head`), quietly, as SIGPIPE would end a C tool.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import os
 import sys
 
 
@@ -20,10 +22,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("verify", help="verify JSONL {response, constraints} lines (schema v1)")
+    p = sub.add_parser("verify", help="verify JSONL {response, constraints} lines (schema v1)",
+                       description="One output line per input line, in order: {line, id (the row's, if any), "
+                                   "verdicts (each with its constraint's id), ila, cla, scopeif, scopeif_flat} "
+                                   "or {line, id, error}.")
     p.add_argument("--input", help="JSONL file (default: standard input)")
     p.add_argument("--output", help="JSONL file (default: standard output)")
-    p.add_argument("--alpha", type=float, default=3.0, help="graded-reward penalty severity (ScopeIF eq. 5)")
+    p.add_argument("--constraints", help="a JSON list of constraints (or JSONL, one per line) shared by every "
+                                         "line; the lines then carry {id?, response} only")
+    p.add_argument("--alpha", type=float, default=3.0,
+                   help="graded-reward penalty severity (ScopeIF eq. 5; default: 3.0)")
 
     p = sub.add_parser("train", help="GRPO on the embedded policy (or --model NAME); writes DIR/metrics.jsonl",
                        description="Precedence: TrainConfig defaults < the --config file < the flags given.")
@@ -147,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _run(args)
+    except BrokenPipeError:  # `ifcore verify ... | head`: the reader went away; quiet, as SIGPIPE would be
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        return 141
     except (OSError, ValueError, ImportError) as e:  # JsonlError, ConstraintError and JSON errors are ValueErrors
         parser.exit(2, f"ifcore {args.command}: error: {_one_line(e)}\n")
 
@@ -156,10 +167,28 @@ def _run(args) -> int:
         from ifcore.verify import verify_jsonl
 
         # Binary in: verify_jsonl decodes each line itself, so one stray byte costs that line only.
+        shared = None
+        if args.constraints:
+            from ifcore.jsonl import read_jsonl
+
+            with open(args.constraints, encoding="utf-8") as f:
+                text = f.read()
+            try:
+                shared = json.loads(text)
+            except json.JSONDecodeError:  # not one document: JSONL, one constraint per line
+                shared = read_jsonl(args.constraints)
+            if isinstance(shared, dict):  # {"constraints": [...]} or one constraint
+                shared = shared["constraints"] if "constraints" in shared else [shared]
+            if not isinstance(shared, list) or not shared:
+                raise ValueError(f"--constraints {args.constraints}: expected a non-empty JSON list of constraints")
         stdin = contextlib.nullcontext(getattr(sys.stdin, "buffer", sys.stdin))
         with open(args.input, "rb") if args.input else stdin as lines, _open_out(args.output) as fout:
-            counts = verify_jsonl(lines, fout, alpha=args.alpha)
-        print(f"{counts['lines']} lines: {counts['ok']} ok, {counts['errors']} errors", file=sys.stderr)
+            counts = verify_jsonl(lines, fout, alpha=args.alpha, constraints=shared)
+        if not counts["lines"]:
+            print(f"ifcore verify: warning: {args.input or 'standard input'} is empty: nothing verified",
+                  file=sys.stderr)
+        print(f"{counts['lines']} line{'s' * (counts['lines'] != 1)}: {counts['ok']} ok, {counts['errors']} "
+              f"error{'s' * (counts['errors'] != 1)}", file=sys.stderr)
         return 1 if counts["errors"] else 0
     if args.command == "judge-eval":
         from pathlib import Path

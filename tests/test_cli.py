@@ -118,12 +118,46 @@ def test_verify_answers_every_line_and_summarizes(tmp_path, capsys):
                                 b"", GOOD.encode()]) + b"\n")
     status, out, err = run_cli(capsys, "verify", "--input", src, "--output", tmp_path / "out.jsonl")
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert status == 1 and len(rows) == 5  # every non-blank line, the stray byte's line included
-    assert [("error" in r) for r in rows] == [False, True, True, False, False]
+    assert status == 1 and len(rows) == 6  # output line N answers input line N, the blank line included
+    assert [r["line"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [("error" in r) for r in rows] == [False, True, True, False, True, False]
     assert "line 2" in rows[1]["error"] and "line 3" in rows[2]["error"] and "line 4" in rows[3]["warning"]
-    assert err == ["5 lines: 3 ok, 2 errors"]
+    assert rows[4]["error"] == "line 5: blank line"
+    assert err == ["6 lines: 3 ok, 3 errors"]
     status, out, err = run_cli(capsys, "verify", "--input", write(tmp_path / "ok.jsonl", GOOD))
-    assert status == 0 and json.loads(out)["ila"] == 1.0 and err == ["1 lines: 1 ok, 0 errors"]
+    assert status == 0 and json.loads(out)["ila"] == 1.0 and err == ["1 line: 1 ok, 0 errors"]
+
+
+def test_verify_echoes_ids_and_reads_a_shared_constraint_set(tmp_path, capsys):
+    words = {"id": "short", "scope": [], "target": {"count": "word"}, "range": {"max": 3}}
+    shared = write(tmp_path / "c.json", json.dumps([words, {**words, "id": "long", "range": {"min": 3}}]))
+    src = write(tmp_path / "in.jsonl", json.dumps({"id": "a", "response": "Two words"}),
+                json.dumps({"id": 2, "response": "one two three four"}),
+                json.dumps({"id": "c", "response": "x", "constraints": [words]}))
+    status, out, err = run_cli(capsys, "verify", "--input", src, "--constraints", shared)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert status == 1 and [r.get("id") for r in rows] == ["a", 2, "c"]
+    assert [[(v["id"], v["satisfied"]) for v in r["verdicts"]] for r in rows[:2]] == [
+        [("short", True), ("long", False)], [("short", False), ("long", True)]]
+    assert "given on the line and by --constraints" in rows[2]["error"]  # one way or the other, never both
+    jsonl = write(tmp_path / "c.jsonl", json.dumps(words))  # one constraint per line works too
+    status, out, _ = run_cli(capsys, "verify", "--input", src, "--constraints", jsonl)
+    assert [v["id"] for v in json.loads(out.splitlines()[0])["verdicts"]] == ["short"]
+
+
+def test_verify_refuses_a_pretty_printed_document_and_warns_on_empty_input(tmp_path, capsys):
+    pretty = write(tmp_path / "p.json", json.dumps([json.loads(GOOD)], indent=2))
+    status, out, err = run_cli(capsys, "verify", "--input", pretty)
+    assert status == 2 and out == "" and "pretty-printed JSON document, not JSON Lines" in err[0]
+    status, out, err = run_cli(capsys, "verify", "--input", write(tmp_path / "empty.jsonl"))
+    assert status == 0 and out == "" and "is empty: nothing verified" in err[0]
+
+
+def test_verify_into_a_reader_that_goes_away_is_quiet(tmp_path):
+    src = write(tmp_path / "many.jsonl", *[GOOD] * 2000)
+    head = subprocess.run(f"{sys.executable} -m ifcore verify --input {src} | head -1", shell=True,
+                          capture_output=True, text=True, cwd=ROOT, executable="/bin/bash")
+    assert json.loads(head.stdout)["line"] == 1 and "Broken pipe" not in head.stderr and "Error" not in head.stderr
 
 
 def test_validate_dataset_names_every_bad_line_and_refuses_an_empty_file(tmp_path, capsys):
