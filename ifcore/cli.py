@@ -66,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
                         "keywords:letter_frequency kwarg; 'paper' (default) seeds the draws as the IFEval paper's "
                         "run, an integer seeds them, 'none' reads the character literally as the current official "
                         "code does")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="score only the prompts (instances) that have a response and exit 0; without it, prompts "
+                        "without a response (ifeval, ifbench: scored as failed) or responses matching no prompt "
+                        "make the exit status 1")
     p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
     _add_generation_flags(p)
@@ -276,17 +280,17 @@ def _run(args) -> int:
         seed = {"paper": PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
         if not (seed is None or str(seed).lstrip("-").isdigit()):
             raise ValueError(f"--letter-seed: expected paper, none or an integer, got {seed!r}")
-        run_benchmark(args.what, *_ifeval_like(args.what), Path(args.responses), Path(args.output_dir),
-                      letter_seed=None if seed is None else int(seed), on_duplicate=args.on_duplicate)
-        return 0
+        summary = run_benchmark(args.what, *_ifeval_like(args.what), Path(args.responses), Path(args.output_dir),
+                                letter_seed=None if seed is None else int(seed), on_duplicate=args.on_duplicate,
+                                allow_missing=args.allow_missing)
+        return _print_scores(args, summary)
     if args.command == "eval" and args.what == "scopeif":
         from ifcore.bench.scopeif import evaluate
 
         with _judge(args) as judge:
             summary = evaluate(args.responses, args.output_dir, args.test, args.formalized, judge=judge,
                                on_duplicate=args.on_duplicate)
-        print(json.dumps({k: v for k, v in summary.items() if k != "by_category"}, indent=1))
-        return 0
+        return _print_scores(args, summary)
     if args.command == "labels":
         from collections import Counter
 
@@ -506,6 +510,7 @@ def _eval_model(args) -> int:
     if args.what == "scopeif":
         with _judge(args) as judge:
             summary = evaluate(responses, out, args.test, args.formalized, judge=judge)
+        del summary["missing_responses"]  # the instances not drawn by --limit: a subset is scored alone
     else:
         seed = {"paper": ifeval.PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
         if not (seed is None or str(seed).lstrip("-").isdigit()):
@@ -522,9 +527,49 @@ def _eval_model(args) -> int:
                    **ifeval.summarize(results)}
     summary["generation"] = generation
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    shown = {k: v for k, v in summary.items() if k not in ("by_category", "by_instruction")}
-    print(json.dumps(shown, indent=1))
-    return 0
+    return _print_scores(args, summary)
+
+
+def _print_scores(args, summary: dict) -> int:
+    """The one printer of every `eval` path: what was scored, the scores in percent (units in the header), what
+    was written, and a warning line for what a reader would otherwise miss. Returns the exit status: 1 when
+    prompts lacked a response or responses matched no prompt (unless --allow-missing), else 0."""
+    name, warnings = args.what, []
+    if name == "scopeif":
+        print(f"{name}: {summary['instances']} instances scored; {summary['judged_constraints']} of "
+              f"{summary['constraints']} constraints judged (" + ", ".join(f"{k} {v}" for k, v in
+                                                                          summary["judged_by"].items()) + ")")
+        print(f"{'%':>8}{'CSR':>8}{'ISR':>8}")
+        print(f"{'':>8}" + "".join(f"{'n/a':>8}" if v is None else f"{100 * v:8.2f}"
+                                   for v in (summary["CSR"], summary["ISR"])))
+        written = "verdicts.jsonl, summary.json"
+        if summary.get("missing_responses"):
+            warnings.append(f"{summary['missing_responses']} instances have no response (left out)")
+    else:
+        s, lo = summary["strict"], summary["loose"]
+        print(f"{name}: {s['prompts']} prompts, {s['instructions']} instructions scored")
+        print(f"{'%':>8}{'prompt':>13}{'instruction':>13}")
+        for mode, x in (("strict", s), ("loose", lo)):
+            print(f"{mode:>8}{100 * x['prompt_level']:13.2f}{100 * x['instruction_level']:13.2f}")
+        written = "eval_results_strict.jsonl, eval_results_loose.jsonl, summary.json"
+        if summary.get("missing_responses"):
+            warnings.append(f"{summary['missing_responses']} prompts have no response"
+                            + (" (left out)" if summary.get("missing_scored_as") is None else
+                               " (scored as failed, as empty responses)"))
+        if summary.get("unmatched_responses"):
+            warnings.append(f"{summary['unmatched_responses']} responses match no prompt (ignored)")
+    print(f"written in {args.output_dir}: {written}")
+    generation = summary.get("generation")
+    if generation and generation["reached_max_new_tokens"]:
+        n, of = generation["reached_max_new_tokens"], generation["prompts"]
+        print(f"ifcore eval: warning: {n} of {of} responses ({100 * n / of:.0f} %) reached --max-new-tokens "
+              f"{generation['params']['max_new_tokens']}: cut off, they fail what needs an ending (length, "
+              f"end phrases)", file=sys.stderr)
+    for w in warnings:
+        print(f"ifcore eval: warning: {w}" + ("" if args.allow_missing else
+                                              "; exit status 1 (--allow-missing scores what has a response)"),
+              file=sys.stderr)
+    return 1 if warnings and not args.allow_missing else 0
 
 
 def _version() -> str:
