@@ -139,6 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", help="also write judge_eval.json and items.jsonl (the verdicts) there")
     _add_judge_flags(p)
 
+    p = sub.add_parser("runs", help="list the training runs and eval outputs under folders: status, headline "
+                                    "metrics, the configuration fields that differ")
+    p.add_argument("paths", nargs="*", default=["runs"], help="folders to search (default: runs)")
+
+    p = sub.add_parser("compare", help="compare arms of training runs (paired by seed) or eval outputs (paired "
+                                       "over prompts) with the notebooks' statistics; the first is the baseline")
+    p.add_argument("paths", nargs="+", help="run or eval folders, or folders holding them")
+    p.add_argument("--confidence", type=float, default=0.95, help="family-wise level (default: 0.95)")
+
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
     p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
@@ -237,6 +246,20 @@ def _run(args) -> int:
 
         flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
         train(load_config(args.config, **flags))
+        return 0
+    if args.command == "runs":
+        from ifcore.viz import runs_table
+
+        table = runs_table(args.paths)
+        if table.empty:
+            print(f"no training run or eval output under {', '.join(args.paths)}", file=sys.stderr)
+            return 1
+        print(table.to_string(index=False))
+        return 0
+    if args.command == "compare":
+        from ifcore.viz import compare_runs
+
+        print("\n".join(compare_runs(args.paths, args.confidence)))
         return 0
     if args.command == "validate-dataset":
         from ifcore.integrations import validate_dataset

@@ -718,3 +718,160 @@ _PRE = "white-space:pre-wrap;font-family:inherit;line-height:1.4;margin:2px 0;pa
 
 def _clip_block(text: str, n: int = 1500) -> str:
     return text if len(text) <= n else text[:n] + f" … [{len(text) - n} more characters]"
+
+
+# ---- `ifcore runs` and `ifcore compare`: what a folder of runs holds, and two of them compared ------------------
+
+def _find_runs(paths) -> list[tuple[str, Path]]:
+    """(kind, folder) for every training run ("train": config.json with an identity, beside metrics.jsonl) and
+    every eval output ("eval": summary.json of `ifcore eval`) at or under the paths, in order, each once."""
+    found = []
+    for root in map(Path, paths):
+        if not root.exists():
+            raise ValueError(f"{root}: no such folder")
+        for cfg in sorted([root / "config.json", *root.rglob("config.json")]):
+            if cfg.is_file() and (cfg.parent / "metrics.jsonl").is_file() and "checkpoints" not in cfg.parts[-3:-1]:
+                found.append(("train", cfg.parent))
+        for summary in sorted([root / "summary.json", *root.rglob("summary.json")]):
+            if summary.is_file():
+                found.append(("eval", summary.parent))
+    seen = set()
+    return [(k, p) for k, p in found if not (p in seen or seen.add(p))]
+
+
+def _train_run(path: Path) -> dict:
+    """A training run's identity, arm, seed, progress and its last held-out evaluation."""
+    identity = json.loads((path / "config.json").read_text())["identity"]
+    rows = [r for r in read_jsonl(path / "metrics.jsonl", allow_empty=True)]
+    done = max((r["step"] for r in rows if r.get("type") == "train"), default=0)
+    last = next((r for r in reversed(rows) if r.get("type") == "eval"), {})
+    sweep = path / "sweep.json"
+    arm = json.loads(sweep.read_text())["arm"] if sweep.is_file() else None
+    return {"path": path, "identity": identity, "arm": arm, "seed": identity["seed"],
+            "status": "finished" if (path / "checkpoints" / f"step_{identity['steps']:06d}").is_dir()
+            else f"step {done} of {identity['steps']}", "eval_step": last.get("step"),
+            "eval_isr": last.get("eval_isr"), "eval_csr": last.get("eval_csr")}
+
+
+_NOT_AN_ARM = {"seed", "output_dir"}  # what differs between the seeds of one arm
+
+
+def _differences(runs: list[dict]) -> list[str]:
+    """Per run, the identity fields whose values differ among the runs (data and model hashes left out: they
+    follow from the fields), as `key=value`."""
+    keys = sorted({k for r in runs for k in r["identity"]} - _NOT_AN_ARM)
+    varying = [k for k in keys if not k.endswith("_sha256")
+               and len({json.dumps(r["identity"].get(k), sort_keys=True) for r in runs}) > 1]
+    return [" ".join(f"{k}={json.dumps(r['identity'].get(k))}" for k in varying) for r in runs]
+
+
+def _eval_output(path: Path) -> dict:
+    summary = json.loads((path / "summary.json").read_text())
+    if "CSR" in summary:  # ifcore eval scopeif
+        return {"path": path, "benchmark": "scopeif", "scores": {"CSR": summary["CSR"], "ISR": summary["ISR"]},
+                "n": summary["instances"]}
+    return {"path": path, "benchmark": summary.get("benchmark", "?"), "n": summary["strict"]["prompts"],
+            "scores": {"P-S": summary["strict"]["prompt_level"], "I-S": summary["strict"]["instruction_level"],
+                       "P-L": summary["loose"]["prompt_level"], "I-L": summary["loose"]["instruction_level"]}}
+
+
+def runs_table(paths):
+    """`ifcore runs`: one row per training run and per eval output under `paths`: where, what (arm or benchmark),
+    seed, status, the headline metrics (training runs: the last held-out ISR and CSR, with its step; evals: the
+    benchmark's own metrics over n items) and, for training runs, the configuration fields that differ among them."""
+    import pandas as pd
+
+    found = _find_runs(paths)
+    train = [_train_run(p) for k, p in found if k == "train"]
+    rows = [{"run": str(r["path"]), "kind": "train", "what": r["arm"] or r["identity"]["reward"], "seed": r["seed"],
+             "status": r["status"],
+             "metrics": "no evaluation yet" if r["eval_step"] is None else
+             f"held-out ISR {r['eval_isr']:.3f} CSR {r['eval_csr']:.3f} at step {r['eval_step']}",
+             "differs in": d} for r, d in zip(train, _differences(train))]
+    for k, p in found:
+        if k == "eval":
+            e = _eval_output(p)
+            rows.append({"run": str(p), "kind": "eval", "what": e["benchmark"], "seed": "-", "status": "scored",
+                         "metrics": " ".join(f"{m} {'n/a' if v is None else f'{100 * v:.2f} %'}"
+                                             for m, v in e["scores"].items()) + f" over {e['n']}",
+                         "differs in": ""})
+    return pd.DataFrame(rows, columns=["run", "kind", "what", "seed", "status", "metrics", "differs in"])
+
+
+def _per_item(path: Path, benchmark: str) -> dict:
+    """Item id -> (metric name -> (value, weight)) of one eval output, for paired comparisons over shared items."""
+    out = {}
+    if benchmark == "scopeif":
+        for row in read_jsonl(path / "verdicts.jsonl"):
+            known = [v["satisfied"] for v in row["verdicts"] if v["satisfied"] is not None]
+            out[row["id"]] = {"CSR": (sum(known) / len(known), 1) if known else (None, 0),
+                              "ISR": (float(all(known)), 1) if known and len(known) == len(row["verdicts"])
+                              else (None, 0)}
+        return out
+    for mode, tag in (("strict", "S"), ("loose", "L")):
+        for row in read_jsonl(path / f"eval_results_{mode}.jsonl"):
+            follow = row["follow_instruction_list"]
+            item = out.setdefault(row["prompt"], {})
+            item[f"P-{tag}"] = (float(row["follow_all_instructions"]), 1)
+            item[f"I-{tag}"] = (sum(follow) / len(follow), len(follow)) if follow else (None, 0)
+    return out
+
+
+def compare_runs(paths, level: float = 0.95, resamples: int = 10_000) -> list[str]:
+    """`ifcore compare`: every other arm (or eval output) against the first one given, as the notebooks compare.
+
+    Training runs are grouped into arms (their sweep arm, else the configuration fields that differ), paired by
+    seed on the last held-out ISR and CSR and decided as one family (`decide`: paired t-test, Holm). Eval outputs
+    of one benchmark are paired over the prompts (instances) both scored, with a percentile bootstrap
+    (stats.paired_bootstrap; instruction-level rates weighted by each prompt's instruction count); the family is
+    corrected with Bonferroni: each interval is at level 1 - (1 - level) / m, and a sign is decided only where it
+    excludes 0."""
+    found = _find_runs(paths)
+    kinds = {k for k, _ in found}
+    if not found:
+        raise ValueError(f"no training run (config.json + metrics.jsonl) or eval output (summary.json) under "
+                         f"{', '.join(map(str, paths))}")
+    if len(kinds) > 1:
+        raise ValueError("training runs and eval outputs cannot be compared with each other; give one kind")
+    if kinds == {"train"}:
+        runs = [_train_run(p) for _, p in found]
+        for r, d in zip(runs, _differences(runs)):
+            r["arm"] = r["arm"] or d or "(same configuration)"
+        arms = list(dict.fromkeys(r["arm"] for r in runs))
+        if len(arms) < 2:
+            raise ValueError(f"all {len(runs)} runs are one arm ({arms[0]}): nothing to compare")
+        steps = {r["eval_step"] for r in runs}
+        by = {a: {r["seed"]: r for r in runs if r["arm"] == a} for a in arms}
+        lines = [f"{len(runs)} runs, {len(arms)} arms; baseline: {arms[0]}; the last held-out evaluation "
+                 f"(step {', '.join(map(str, sorted(s for s in steps if s is not None))) or 'none'})."]
+        comparisons = [(f"{m} {a} minus {arms[0]}", {s: r[m] for s, r in by[a].items()},
+                        {s: r[m] for s, r in by[arms[0]].items()}) for a in arms[1:] for m in ("eval_csr", "eval_isr")]
+        return lines + [family_note(len(comparisons), level)] + decide(comparisons, level)
+    evals = [_eval_output(p) for _, p in found]
+    if len({e["benchmark"] for e in evals}) > 1:
+        raise ValueError(f"eval outputs of different benchmarks: {sorted({e['benchmark'] for e in evals})}")
+    if len(evals) < 2:
+        raise ValueError("one eval output: nothing to compare")
+    items = [_per_item(e["path"], e["benchmark"]) for e in evals]
+    metrics = list(evals[0]["scores"])
+    m = (len(evals) - 1) * len(metrics)
+    corrected = 1 - (1 - level) / m
+    lines = [f"{len(evals)} {evals[0]['benchmark']} outputs; baseline: {evals[0]['path']}. Paired over the items both "
+             f"scored; {m} comparisons, each interval at {_pct(corrected)} (Bonferroni), so that all hold together "
+             f"at {_pct(level)}; a sign is decided only where its interval excludes 0."]
+    for e, mine in zip(evals[1:], items[1:]):
+        shared = [k for k in items[0] if k in mine]
+        for metric in metrics:
+            a = [mine[k][metric][0] for k in shared]
+            b = [items[0][k][metric][0] for k in shared]
+            w = [mine[k][metric][1] if mine[k][metric][0] is not None and items[0][k][metric][0] is not None else 0
+                 for k in shared]
+            diff, lo, hi, n = stats.paired_bootstrap(a, b, w, corrected, resamples)
+            what = f"{metric} {e['path']} minus baseline"
+            if n < 2:
+                lines.append(f"{what}: {n} shared items, nothing can be decided.")
+                continue
+            verdict = ("positive" if lo > 0 else "negative") if lo > 0 or hi < 0 else "its sign is not decided"
+            lines.append(f"{what} = {100 * diff:+.2f} points ({_pct(corrected)} paired bootstrap CI "
+                         f"{100 * lo:+.2f} to {100 * hi:+.2f}, {n} items): {verdict}.")
+    return lines

@@ -270,3 +270,59 @@ def test_installed_command_gives_no_traceback_and_loads_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(write(tmp_path / "in.jsonl", GOOD))], capture_output=True,
                           text=True, timeout=120)
     assert done.stderr.splitlines()[-1] == "False"
+
+
+GPT4 = ROOT / "tests" / "data" / "ifeval" / "input_response_data_gpt4_20231107_145030.jsonl"
+
+
+def fake_run(path: Path, reward: str, seed: int, csr: float, steps: int = 4, finished: bool = True) -> Path:
+    """A training run folder as `ifcore train` leaves it, reduced to what `runs` and `compare` read."""
+    path.mkdir(parents=True)
+    identity = {"reward": reward, "seed": seed, "steps": steps, "lr": 5e-4, "model_sha256": f"{seed}"}
+    (path / "config.json").write_text(json.dumps({"key": "k", "identity": identity, "paths": {}}))
+    rows = [{"type": "train", "step": s} for s in range(1, steps + 1 if finished else 2)]
+    rows.append({"type": "eval", "step": rows[-1]["step"], "eval_isr": csr / 2, "eval_csr": csr})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if finished:
+        (path / "checkpoints" / f"step_{steps:06d}").mkdir(parents=True)
+    return path
+
+
+def test_runs_lists_training_runs_and_eval_outputs_with_what_differs(tmp_path, capsys):
+    fake_run(tmp_path / "a" / "ila-seed0", "ila", 0, 0.5)
+    fake_run(tmp_path / "a" / "cla-seed0", "cla", 0, 0.25, finished=False)
+    gpt4 = GPT4
+    assert run_cli(capsys, "eval", "ifeval", "--responses", gpt4, "--output-dir", tmp_path / "e")[0] == 0
+    status, out, _ = run_cli(capsys, "runs", tmp_path)
+    lines = out.splitlines()
+    assert status == 0 and len(lines) == 4
+    cla, ila, ev = (next(ln for ln in lines if key in ln) for key in ("cla-seed0", "ila-seed0", "/e "))
+    assert "step 1 of 4" in cla and 'reward="cla"' in cla and "CSR 0.250 at step 1" in cla
+    assert "finished" in ila and "lr" not in ila  # only what differs is shown
+    assert "P-S 76.89 % I-S 83.57 %" in ev and "over 541" in ev and " nan " not in ev.lower()
+    assert run_cli(capsys, "runs", tmp_path / "nothing-here")[0] == 2
+
+
+def test_compare_decides_arms_over_seeds_with_holm(tmp_path, capsys):
+    for seed, (base, better) in enumerate([(0.30, 0.50), (0.35, 0.52), (0.32, 0.49)]):
+        fake_run(tmp_path / f"ila-seed{seed}", "ila", seed, base)
+        fake_run(tmp_path / f"scopeif-seed{seed}", "scopeif", seed, better)
+    status, out, _ = run_cli(capsys, "compare", *[tmp_path / f"ila-seed{s}" for s in range(3)], tmp_path)
+    assert status == 0 and 'baseline: reward="ila"' in out and "Holm-adjusted over 2 comparisons" in out
+    assert re.search(r'eval_csr reward="scopeif" minus reward="ila" = \+0\.180 .*: positive\.', out)
+    status, _, err = run_cli(capsys, "compare", tmp_path / "ila-seed0", tmp_path / "ila-seed1")
+    assert status == 2 and "one arm" in err[0]
+
+
+def test_compare_eval_outputs_pairs_prompts_with_a_corrected_bootstrap(tmp_path, capsys):
+    gpt4 = read_jsonl(GPT4)
+    worse = write(tmp_path / "worse.jsonl", *[json.dumps({**r, "response": r["response"] if i % 2 else ""})
+                                             for i, r in enumerate(gpt4)])
+    for name, src in (("base", GPT4), ("worse", worse)):
+        run_cli(capsys, "eval", "ifeval", "--responses", src, "--output-dir", tmp_path / name)
+    status, out, _ = run_cli(capsys, "compare", tmp_path / "base", tmp_path / "worse")
+    assert status == 0 and "4 comparisons, each interval at 98.75% (Bonferroni)" in out
+    assert re.search(r"P-S .*worse minus baseline = -\d+\.\d\d points .*541 items\): negative\.", out)
+    run_cli(capsys, "eval", "ifeval", "--responses", GPT4, "--output-dir", tmp_path / "same")
+    status, out, _ = run_cli(capsys, "compare", tmp_path / "base", tmp_path / "same")
+    assert out.count("its sign is not decided") == 4 and out.count("= +0.00 points") == 4
