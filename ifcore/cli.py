@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; what was half-built is already removed
+        print(f"ifcore {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `ifcore verify ... | head`: the reader went away; quiet, as SIGPIPE would be
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
         return 141
