@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     out.add_argument("--out", dest="output_dir", help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--train", type=int, default=4000, help="training instructions (default: 4000)")
     p.add_argument("--test", type=int, default=256, help="held-out instructions (default: 256)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds the draws of instructions and witnesses (default: 0)")
     p.add_argument("--profile", choices=["tiny", "full"], default="tiny",
-                   help="witness size: tiny (the embedded CPU policy) or full (~300-word responses)")
+                   help="witness size: tiny (the embedded CPU policy) or full (~300-word responses) (default: tiny)")
     # The LLM path (ScopeIF's synthesis prompts; docs/synthesis.md): only with --llm-url.
     g = p.add_argument_group("LLM synthesis (ScopeIF tables 9-12 through an OpenAI-compatible endpoint)")
     g.add_argument("--llm-url", help="endpoint base URL, e.g. http://127.0.0.1:8000/v1 (key: $IFCORE_JUDGE_KEY "

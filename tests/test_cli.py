@@ -326,3 +326,24 @@ def test_compare_eval_outputs_pairs_prompts_with_a_corrected_bootstrap(tmp_path,
     run_cli(capsys, "eval", "ifeval", "--responses", GPT4, "--output-dir", tmp_path / "same")
     status, out, _ = run_cli(capsys, "compare", tmp_path / "base", tmp_path / "same")
     assert out.count("its sign is not decided") == 4 and out.count("= +0.00 points") == 4
+
+
+def test_every_option_has_a_help_line_that_shows_its_default(monkeypatch):
+    import argparse
+
+    from ifcore import cli
+
+    built = []
+
+    def keep(self, args=None, namespace=None):  # the parser main() builds, before it parses anything
+        built.append(self)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", keep)
+    with pytest.raises(SystemExit):
+        cli.main(["verify"])
+    subcommands = next(a for a in built[0]._actions if isinstance(a, argparse._SubParsersAction)).choices
+    lacking = [f"{name} {a.option_strings[0]}" for name, sub in subcommands.items() for a in sub._actions
+               if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS
+               and (not a.help or (a.default not in (None, False, argparse.SUPPRESS) and "default" not in a.help))]
+    assert len(subcommands) >= 14 and lacking == []
