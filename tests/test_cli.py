@@ -346,4 +346,4 @@ def test_every_option_has_a_help_line_that_shows_its_default(monkeypatch):
     lacking = [f"{name} {a.option_strings[0]}" for name, sub in subcommands.items() for a in sub._actions
                if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS
                and (not a.help or (a.default not in (None, False, argparse.SUPPRESS) and "default" not in a.help))]
-    assert len(subcommands) >= 14 and lacking == []
+    assert len(subcommands) >= 13 and lacking == []
