@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from ifcore import progress
+
 
 def repo_path(path: str | Path | None, default: str) -> Path:
     """`path` as given (relative to the working directory), or, when it is None, `default` under the repository
@@ -20,7 +22,8 @@ def repo_path(path: str | Path | None, default: str) -> Path:
 
 
 def notebook_figures(name: str, namespace: dict) -> Path:
-    """A notebook's first step: refuse unknown parameters, then say where its figures go (and create the folder).
+    """A notebook's first step: refuse unknown parameters, then say where its figures go (and create the folder);
+    progress bars are drawn only when a person watches (ifcore.progress).
 
     Papermill only warns about a parameter the notebook does not declare (`-p step 2`) and then starts the full
     default run; here it stops the notebook before any work, with a did-you-mean. Declared: the parameters cell's
@@ -31,6 +34,7 @@ def notebook_figures(name: str, namespace: dict) -> Path:
     value, with those values in parameters.json: a smoke run overwrites neither the committed figures nor the
     figures of a run with other parameters.
     """
+    progress.watched()  # decided before any model loads: no bars (ours or the libraries') where nobody watches
     declared = list(namespace.get("__annotations__", {}))
     injected = [cell for cell in namespace.get("In", []) if cell.startswith("# Parameters\n")]
     given = [t.id for node in ast.parse(injected[-1]).body if isinstance(node, ast.Assign)

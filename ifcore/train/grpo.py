@@ -55,6 +55,7 @@ from ifcore.advantages import TOKEN_ADVANTAGES, superior_cot_keep
 from ifcore.rewards import KINDS
 from ifcore.rtt_labels import criteria_text
 from ifcore.train import TRAINER_VERSION
+from ifcore.progress import bar as progress_bar
 from ifcore.verify import VERIFY_VERSION
 # generate lives with the policy (model.py), below both this loop and the RTT data builder that samples with it
 from ifcore.train.model import chat_prompt, generate, load_lora_policy, load_policy, think_gate
@@ -683,7 +684,6 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     passes its checksums, BlockingIOError when another trainer holds the directory's lock.
     """
     from torch.utils.tensorboard import SummaryWriter
-    from tqdm import tqdm
     from transformers.utils.logging import disable_progress_bar
 
     from ifcore.advantages import group_norm, identical_pair_fraction
@@ -811,8 +811,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             log(evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=0))
 
         B, G = cfg.prompts_per_step, cfg.group_size
-        bar = tqdm(range(start + 1, cfg.steps + 1), initial=start, total=cfg.steps, desc=f"grpo {cfg.reward}",
-                   disable=not progress, dynamic_ncols=True)
+        bar = progress_bar(range(start + 1, cfg.steps + 1), desc=f"grpo {cfg.reward}", initial=start,
+                           total=cfg.steps, enabled=progress)
         for step in bar:
             t0 = time.time()
             # ---- the step's prompts: a fresh permutation of the training rows per epoch, seeded by (seed, epoch) ----

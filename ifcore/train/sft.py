@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ifcore.train.model import EMPTY_THINK, build_policy, chat_prompt, train_tokenizer
+from ifcore.progress import bar as progress_bar
 from ifcore.verify import VERIFY_VERSION
 
 # RAIF's CoT trigger, the system turn of its RL prompts (the authors' code; ifcore.bench.cot_study.COT_SYSTEM, the
@@ -110,7 +111,6 @@ LIMITS["raif_share"] = LIMITS["raif_nothink_share"] = (lambda v: 0 <= v <= 1, "i
 def warm_start(pairs: list[dict], cfg: WarmStartConfig, out_dir, progress: bool = True) -> Path:
     """Tokenizer + Qwen3 + SFT on `pairs` ({"prompt", "response"} and, for RAIF's format, "plan"); saves a
     from_pretrained directory. Pairs without a plan are all taught in the plain format."""
-    from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
     from transformers import get_cosine_with_min_lr_schedule_with_warmup
     from transformers.utils.logging import disable_progress_bar
 
@@ -152,7 +152,7 @@ def warm_start(pairs: list[dict], cfg: WarmStartConfig, out_dir, progress: bool 
     log = []
     model.train()
     t0 = time.time()
-    bar = tqdm(range(1, cfg.steps + 1), desc="warm start", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(1, cfg.steps + 1), desc="warm start", enabled=progress)
     for step in bar:
         if len(order) < cfg.batch_size:
             # An epoch in random order, sorted by length within windows of 16 batches and those batches shuffled:
