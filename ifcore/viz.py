@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import textwrap
 from pathlib import Path
 
 from ifcore import rewards, stats
@@ -69,7 +70,7 @@ def highlight_html(response: str, layers: list[tuple[str, list[tuple[int, int]]]
     legend = " ".join(f'<span style="background:{PALETTE[i % len(PALETTE)]}55;padding:0 4px">'
                       f'{html.escape(label)}</span>' for i, (label, _) in enumerate(layers))
     return (f'<div style="font-size:90%">{legend}</div>'
-            f'<pre style="white-space:pre-wrap;font-family:inherit;line-height:1.5">{"".join(out)}</pre>')
+            f'<pre style="white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere;font-family:inherit;line-height:1.5">{"".join(out)}</pre>')
 
 
 def graded_curves(ax, lo, hi, actual_range, alphas=(1.0, 3.0, 5.0)):
@@ -175,14 +176,15 @@ def by_seed(rows, metric: str, arms: list[str]):
 
 
 def seed_table(tables: dict):
-    """The per-seed values behind the conclusions: one row per (arm, seed), one column per named by_seed table."""
+    """The per-seed values behind the conclusions: one row per (arm, seed) that has a value, one column per named
+    by_seed table (an arm run on fewer seeds than another gets no empty rows)."""
     import pandas as pd
 
     arms = list(next(iter(tables.values())).columns)
     seeds = sorted(set().union(*(t.index for t in tables.values())))
     index = pd.MultiIndex.from_product([[arm_label(a) for a in arms], seeds], names=["arm", "seed"])
     return pd.DataFrame({name: [t[a].get(s) for a in arms for s in seeds] for name, t in tables.items()},
-                        index=index)
+                        index=index, dtype=float).dropna(how="all")
 
 
 def ci_table(tables: dict, level: float = 0.95, bounds=None):
@@ -312,11 +314,12 @@ def curves(ax, df, metric: str, row_type: str = "eval", arms=None, band: str = "
 
 
 def final_bars(ax, df, metrics: list[str], arms=None, labels=None, counts=None, unit: str = "constraints",
-               level: float = 0.95, bounds: tuple[float, float] | None = None):
+               level: float = 0.95, bounds: tuple[float, float] | None = None, start_step: int | None = None):
     """Each arm's value of each metric at its last evaluation: bars are the mean over seeds, whiskers its
     t-interval (none where one seed; kept inside `bounds`, the range the metrics cannot leave), dots the seeds.
     `counts[j]`, when given, is the number of held-out `unit` behind metrics[j] (the same for every arm), written
-    under its label."""
+    under its label. `start_step` (e.g. 0): a white-edged bar marker at each arm's mean at that evaluation, so that
+    the gain of every bar can be read off (ScopeIF Fig. 3 shows the base model beside the trained ones)."""
     import numpy as np
 
     last = last_eval(df)
@@ -332,11 +335,16 @@ def final_bars(ax, df, metrics: list[str], arms=None, labels=None, counts=None, 
                     capsize=2)
         for j, m in enumerate(metrics):
             ax.scatter(np.full(len(sub), x[j] + i * width), sub[m].astype(float), color="black", s=6, zorder=3)
+        if start_step is not None:
+            at = df[(df["type"] == "eval") & (df["step"] == start_step) & (df["arm"] == arm)]
+            ax.scatter(x + i * width, [at[m].astype(float).mean() for m in metrics], marker="_", s=width * 900,
+                       color="black", linewidths=2, zorder=4, label=f"step {start_step}" if i == 0 else None)
     names = list(labels or metrics)
     if counts is not None:
         names = [f"{name}\n({n} {unit})" for name, n in zip(names, counts)]
     ax.set_xticks(x + width * (len(arms) - 1) / 2, names)
-    ax.legend(title=f"bars: mean over seeds; whiskers: {_pct(level)} t-interval; dots: seeds", frameon=False,
+    ax.legend(title=f"bars: mean over seeds; whiskers: {_pct(level)} t-interval; dots: seeds"
+              + (f"; dash: mean at step {start_step}" if start_step is not None else ""), frameon=False,
               fontsize=8, title_fontsize=8, ncol=min(len(arms), 4), loc="lower center", bbox_to_anchor=(0.5, 1))
 
 
@@ -403,7 +411,7 @@ def token_heatmap_html(pieces: list[str], scores, labels=None, title: str = "", 
            'mid-blue 0.03, dark blue 1); '
            + ('framed and underlined in orange: relevant by the verifier\'s labels' if any(labels)
               else 'no token relevant by the labels') + "</div>")
-    return (f'{head}{key}<pre style="white-space:pre-wrap;font-family:inherit;line-height:1.7">{"".join(out)}'
+    return (f'{head}{key}<pre style="white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere;font-family:inherit;line-height:1.7">{"".join(out)}'
             "</pre>")
 
 
@@ -421,9 +429,8 @@ def relevance_matrix(ax, pieces: list[str], rows: list[str], matrix, labels=None
         for r, c in zip(*np.nonzero(np.asarray(labels))):
             ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#D55E00", linewidth=2.5))
     ax.set_xticks(range(len(pieces)), [repr(p)[1:-1] for p in pieces], rotation=90, fontsize=7, family="monospace")
-    # A long constraint is clipped before its " [verdict class]" suffix, which the reader needs to see.
-    ax.set_yticks(range(len(rows)), [_clip(head, 55) + sep + tag if sep else _clip(r, 70)
-                                     for r in rows for head, sep, tag in [r.rpartition(" [")]], fontsize=8)
+    # A long constraint is wrapped, never clipped: its key word (the counted literal, the bound) is often at the end.
+    ax.set_yticks(range(len(rows)), ["\n".join(textwrap.wrap(r, 48)) for r in rows], fontsize=7)
     ax.set_xlabel("response token")
     ax.figure.colorbar(image, ax=ax, label="relevance p (log scale)", fraction=0.03, pad=0.01)
 
@@ -536,8 +543,9 @@ def _no_data(ax, text: str) -> None:
 
 def mode_scores(axes, scores, benchmarks):
     """One panel per benchmark: each metric's score per mode (ifcore.bench.cot_study.headline). Bars: "as
-    answered" (the whole output); diamonds: "answer-extracted" (the <answer> block or what the tags leave), equal to
-    the bar where the model used no tags. The title counts the prompts."""
+    answered" (the whole output), with their bootstrap intervals over prompts; diamonds: "answer-extracted" (the
+    <answer> block or what the tags leave), equal to the bar where the model used no tags. The title counts the
+    prompts."""
     import numpy as np
 
     for ax, benchmark in zip(axes, benchmarks):
@@ -552,7 +560,10 @@ def mode_scores(axes, scores, benchmarks):
             view = {v: sub[(sub["mode"] == mode) & (sub["view"] == v)].set_index("metric")["score"].reindex(names)
                     .to_numpy(float) for v in ("as answered", "answer-extracted")}
             colour = MODE_COLOURS.get(mode, PALETTE[i % len(PALETTE)])
-            ax.bar(x + i * width, view["as answered"], width, color=colour, label=f"{mode}: as answered")
+            answered = sub[(sub["mode"] == mode) & (sub["view"] == "as answered")].set_index("metric").reindex(names)
+            err = np.array([answered["score"] - answered["lo"], answered["hi"] - answered["score"]], dtype=float)
+            ax.bar(x + i * width, view["as answered"], width, color=colour, label=f"{mode}: as answered",
+                   yerr=np.nan_to_num(err) if "lo" in sub else None, error_kw={"elinewidth": 0.8, "capsize": 2})
             ax.scatter(x + i * width, view["answer-extracted"], marker="D", s=22, color="white", edgecolor="black",
                        zorder=3, label="answer-extracted" if i == 0 else None)
             for xi in x[np.isnan(view["as answered"])]:  # e.g. ISR where no instance is wholly formalized
@@ -560,7 +571,8 @@ def mode_scores(axes, scores, benchmarks):
         ax.set_xticks(x + width * (len(modes) - 1) / 2, names)
         ax.set_title(f"{benchmark} ({int(sub['prompts'].iloc[0])} prompts)")
         ax.set_ylabel("score (%)")
-        ax.set_ylim(0, max(5.0, float(np.nanmax(sub["score"].to_numpy(float), initial=0)) * 1.25))
+        top = sub["hi"] if "hi" in sub else sub["score"]
+        ax.set_ylim(0, min(105.0, max(5.0, float(np.nanmax(top.to_numpy(float), initial=0)) * 1.15)))
     handles, labels = axes[0].get_legend_handles_labels()
     axes[0].figure.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False,
                           bbox_to_anchor=(0.5, -0.08), fontsize=8)
@@ -713,7 +725,7 @@ def mode_examples_html(outputs, prompts, benchmark: str, key, view: str = "as an
             f'<table style="width:100%;table-layout:fixed"><tr>{"".join(cells)}</tr></table></div>')
 
 
-_PRE = "white-space:pre-wrap;font-family:inherit;line-height:1.4;margin:2px 0;padding:4px;text-align:left"
+_PRE = "white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere;font-family:inherit;line-height:1.4;margin:2px 0;padding:4px;text-align:left"
 
 
 def _clip_block(text: str, n: int = 1500) -> str:
