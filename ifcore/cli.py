@@ -148,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("paths", nargs="+", help="run or eval folders, or folders holding them")
     p.add_argument("--confidence", type=float, default=0.95, help="family-wise level (default: 0.95)")
 
+    p = sub.add_parser("report", help="the executed notebooks as an HTML site with an index, readable offline "
+                                      "(make report)")
+    p.add_argument("--input", default="papermill_runs", help="folder of executed notebooks (default: papermill_runs)")
+    p.add_argument("--output-dir", default="report", help="where the site is written (default: report)")
+
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
     p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
@@ -258,6 +263,12 @@ def _run(args) -> int:
             print(f"no training run or eval output under {', '.join(args.paths)}", file=sys.stderr)
             return 1
         print(table.to_string(index=False))
+        return 0
+    if args.command == "report":
+        from ifcore.report import build
+
+        pages = build(args.input, args.output_dir)
+        print(f"{pages[0]} and {len(pages) - 1} notebook pages")
         return 0
     if args.command == "compare":
         from ifcore.viz import compare_runs

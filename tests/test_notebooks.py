@@ -12,7 +12,10 @@ import papermill
 import pytest
 
 import scripted_judge
+from helpers import browser_check, chromium
 from ifcore.paths import repo_path
+from ifcore.report import build as build_report
+from test_report import PAGE_BUDGET
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -142,6 +145,13 @@ def execute(path: Path, cwd: Path, shared: Path, tmp_path: Path, monkeypatch, **
     outputs = [o for c in nb.cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert sorted(p.stem for p in (tmp_path / "figures").glob("*.png")) == FIGURES[path.name]
+    # Nobody watches a papermill run: no progress bar redraws and no widget boxes in what a reviewer reads.
+    assert not [o for o in outputs if "%|" in o.get("text", "") or "it/s]" in o.get("text", "")]
+    assert not [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    page = build_report(tmp_path, tmp_path / "report")[1]
+    if chromium():  # as a reviewer opens it: loads, images load, fits the page width and the page budget
+        seen = browser_check(page)
+        assert seen["broken"] == 0 and seen["wider"] == [] and seen["height"] <= PAGE_BUDGET * 900, seen
     return ("\n".join(o.get("text", "") for o in outputs),
             "\n".join(o.get("data", {}).get("text/plain", "") for o in outputs))
 
