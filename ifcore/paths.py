@@ -1,7 +1,14 @@
 """Where the notebooks write by default (figures/, runs/), whatever the working directory they run in."""
 from __future__ import annotations
 
+import ast
+import difflib
+import hashlib
+import json
+import os
 from pathlib import Path
+
+from ifcore import progress
 
 
 def repo_path(path: str | Path | None, default: str) -> Path:
@@ -12,3 +19,43 @@ def repo_path(path: str | Path | None, default: str) -> Path:
         return Path(path)
     root = Path(__file__).resolve().parents[1]
     return (root if (root / "pyproject.toml").is_file() else Path.cwd()) / default
+
+
+def notebook_figures(name: str, namespace: dict) -> Path:
+    """A notebook's first step: refuse unknown parameters, then say where its figures go (and create the folder);
+    progress bars are drawn only when a person watches (ifcore.progress).
+
+    Papermill only warns about a parameter the notebook does not declare (`-p step 2`) and then starts the full
+    default run; here it stops the notebook before any work, with a did-you-mean. Declared: the parameters cell's
+    annotated names (`__annotations__`); given: the names papermill's injected cell assigns (IPython's `In`).
+
+    Figures go to `figures_dir` when it is set. Otherwise only `make reproduce` (IFCORE_REPRODUCE=1) writes the
+    repository's tracked figures/; any other run writes runs/figures/NAME-KEY/, KEY a hash of every parameter's
+    value, with those values in parameters.json: a smoke run overwrites neither the committed figures nor the
+    figures of a run with other parameters.
+    """
+    progress.watched()  # decided before any model loads: no bars (ours or the libraries') where nobody watches
+    declared = list(namespace.get("__annotations__", {}))
+    injected = [cell for cell in namespace.get("In", []) if cell.startswith("# Parameters\n")]
+    given = [t.id for node in ast.parse(injected[-1]).body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)] if injected else []
+    unknown = [g for g in given if g not in declared]
+    if unknown:
+        hints = [f"{u!r}" + "".join(f" (did you mean {m!r}?)" for m in difflib.get_close_matches(u, declared, 1))
+                 for u in unknown]
+        raise ValueError(f"{name}: unknown parameter {', '.join(hints)}; this notebook's parameters: "
+                         f"{', '.join(declared)}")
+    if namespace.get("figures_dir") is not None:
+        figures, note = Path(namespace["figures_dir"]), ""
+    elif os.environ.get("IFCORE_REPRODUCE") == "1":
+        figures, note = repo_path(None, "figures"), " (the repository's, tracked: make reproduce)"
+    else:
+        values = json.dumps({k: namespace[k] for k in declared if k in namespace}, sort_keys=True, default=repr,
+                            indent=1)
+        figures = repo_path(None, f"runs/figures/{name}-{hashlib.sha256(values.encode()).hexdigest()[:8]}")
+        figures.mkdir(parents=True, exist_ok=True)
+        (figures / "parameters.json").write_text(values + "\n")
+        note = " (this run's own; only make reproduce writes the repository's figures/, figures_dir chooses)"
+    figures.mkdir(parents=True, exist_ok=True)
+    print(f"figures: {figures}{note}")
+    return figures
