@@ -58,4 +58,35 @@ def notebook_figures(name: str, namespace: dict) -> Path:
         note = " (this run's own; only make reproduce writes the repository's figures/, figures_dir chooses)"
     figures.mkdir(parents=True, exist_ok=True)
     print(f"figures: {figures}{note}")
+    print(machine())
     return figures
+
+
+def machine() -> str:
+    """Which machine and software ran this: CPU model and the flags that change the numbers (bf16, AMX, AVX-512),
+    cores, thread settings, torch and transformers versions, and the UTC time. Float results are bit-for-bit
+    reproducible only on the same CPU kind, libraries and threads."""
+    import datetime
+    import platform
+    from importlib import metadata
+
+    cpu, flags = platform.processor() or "?", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), cpu)
+        flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    except OSError:
+        pass
+    shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    threads = os.environ.get("OMP_NUM_THREADS", "unset")
+    return (f"machine: {cpu} ({', '.join(shown) or 'no AVX2'}), {os.cpu_count()} cores, OMP_NUM_THREADS {threads}; "
+            f"torch {version('torch')}, transformers {version('transformers')}, python {platform.python_version()}; "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")

@@ -90,7 +90,7 @@ def test_defaults_are_found_from_the_package_whatever_the_working_directory(tmp_
     assert shipped.read_bytes() == (ROOT / "tests" / "data" / "scopeif_formalized.jsonl").read_bytes()
 
 
-def test_a_parameter_the_notebook_does_not_declare_stops_it_with_a_did_you_mean(tmp_path, monkeypatch):
+def test_a_parameter_the_notebook_does_not_declare_stops_it_with_a_did_you_mean(tmp_path, monkeypatch, capsys):
     from ifcore import paths
 
     monkeypatch.setattr(paths, "repo_path", lambda path, default: tmp_path / default)
@@ -109,6 +109,9 @@ def test_a_parameter_the_notebook_does_not_declare_stops_it_with_a_did_you_mean(
     assert paths.notebook_figures("03_x", {**ns, "figures_dir": str(tmp_path / "f")}) == tmp_path / "f"
     monkeypatch.setenv("IFCORE_REPRODUCE", "1")  # make reproduce alone writes the committed figures
     assert paths.notebook_figures("03_x", ns) == tmp_path / "figures"
+    # Every rendering says which machine and software produced it.
+    assert re.search(r"^machine: .+ \d+ cores, OMP_NUM_THREADS .*; torch .+, transformers .+; 20\d\d-\d\d-\d\d",
+                     capsys.readouterr().out, re.M)
 
 
 @pytest.mark.slow
