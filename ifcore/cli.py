@@ -4,13 +4,15 @@ Imports are inside the branches so that `ifcore verify` on a reward worker never
 Flags: `--input FILE` / `--output FILE` for files, `--output-dir DIR` for folders (older spellings stay as
 hidden aliases). Exit status: 0 done; 1 done, but some lines or rows were bad (each reported); 2 nothing
 done: a usage error, a missing or unreadable file, a bad line in a file that must be whole, a bad config.
-Such an error is one line on stderr, `ifcore CMD: error: FILE:LINE: field: what`, never a traceback.
+Such an error is one line on stderr, `ifcore CMD: error: FILE:LINE: field: what`, never a traceback. 141: the
+reader of standard output went away (`| head`), quietly, as SIGPIPE would end a C tool.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import os
 import sys
 
 
@@ -20,10 +22,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("verify", help="verify JSONL {response, constraints} lines (schema v1)")
+    p = sub.add_parser("verify", help="verify JSONL {response, constraints} lines (schema v1)",
+                       description="One output line per input line, in order: {line, id (the row's, if any), "
+                                   "verdicts (each with its constraint's id), ila, cla, scopeif, scopeif_flat} "
+                                   "or {line, id, error}.")
     p.add_argument("--input", help="JSONL file (default: standard input)")
     p.add_argument("--output", help="JSONL file (default: standard output)")
-    p.add_argument("--alpha", type=float, default=3.0, help="graded-reward penalty severity (ScopeIF eq. 5)")
+    p.add_argument("--constraints", help="a JSON list of constraints (or JSONL, one per line) shared by every "
+                                         "line; the lines then carry {id?, response} only")
+    p.add_argument("--alpha", type=float, default=3.0,
+                   help="graded-reward penalty severity (ScopeIF eq. 5; default: 3.0)")
 
     p = sub.add_parser("train", help="GRPO on the embedded policy (or --model NAME); writes DIR/metrics.jsonl",
                        description="Precedence: TrainConfig defaults < the --config file < the flags given.")
@@ -58,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
                         "keywords:letter_frequency kwarg; 'paper' (default) seeds the draws as the IFEval paper's "
                         "run, an integer seeds them, 'none' reads the character literally as the current official "
                         "code does")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="score only the prompts (instances) that have a response and exit 0; without it, prompts "
+                        "without a response (ifeval, ifbench: scored as failed) or responses matching no prompt "
+                        "make the exit status 1")
     p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
     _add_generation_flags(p)
@@ -91,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     out.add_argument("--out", dest="output_dir", help=argparse.SUPPRESS)  # the old spelling
     p.add_argument("--train", type=int, default=4000, help="training instructions (default: 4000)")
     p.add_argument("--test", type=int, default=256, help="held-out instructions (default: 256)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seeds the draws of instructions and witnesses (default: 0)")
     p.add_argument("--profile", choices=["tiny", "full"], default="tiny",
-                   help="witness size: tiny (the embedded CPU policy) or full (~300-word responses)")
+                   help="witness size: tiny (the embedded CPU policy) or full (~300-word responses) (default: tiny)")
     # The LLM path (ScopeIF's synthesis prompts; docs/synthesis.md): only with --llm-url.
     g = p.add_argument_group("LLM synthesis (ScopeIF tables 9-12 through an OpenAI-compatible endpoint)")
     g.add_argument("--llm-url", help="endpoint base URL, e.g. http://127.0.0.1:8000/v1 (key: $IFCORE_JUDGE_KEY "
@@ -127,6 +139,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", help="also write judge_eval.json and items.jsonl (the verdicts) there")
     _add_judge_flags(p)
 
+    p = sub.add_parser("runs", help="list the training runs and eval outputs under folders: status, headline "
+                                    "metrics, the configuration fields that differ")
+    p.add_argument("paths", nargs="*", default=["runs"], help="folders to search (default: runs)")
+
+    p = sub.add_parser("compare", help="compare arms of training runs (paired by seed) or eval outputs (paired "
+                                       "over prompts) with the notebooks' statistics; the first is the baseline")
+    p.add_argument("paths", nargs="+", help="run or eval folders, or folders holding them")
+    p.add_argument("--confidence", type=float, default=0.95, help="family-wise level (default: 0.95)")
+
+    p = sub.add_parser("report", help="the executed notebooks as an HTML site with an index, readable offline "
+                                      "(make report)")
+    p.add_argument("--input", default="papermill_runs", help="folder of executed notebooks (default: papermill_runs)")
+    p.add_argument("--output-dir", default="report", help="where the site is written (default: report)")
+
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
     p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
@@ -144,9 +170,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64, help="generate, train: per completion (default: 64)")
     p.add_argument("--no-server", action="store_true", help="generate: in process only")
 
+    p = sub.add_parser("openrlhf-plan", help="the OpenRLHF launch command of a run and its memory plan per GPU "
+                                             "(ifcore.run.openrlhf); exit 2 when it cannot fit")
+    p.add_argument("--runbook", help="one of the README runbook's configurations (smoke, 02, 03, 04)")
+    p.add_argument("--config", help="TrainConfig fields as JSON (over the runbook's, if given)")
+    p.add_argument("--model", help="hub id or folder (the runbook's: Qwen/Qwen3-4B, ...)")
+    p.add_argument("--max-prompt-len", type=int, help="the longest prompt in tokens (runbook: 1024)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of one node (default: 8)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes (default: 1)")
+    p.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default: 80)")
+    p.add_argument("--zero-stage", type=int, default=2, choices=[0, 1, 2, 3],
+                   help="DeepSpeed ZeRO stage of the actor (default: 2)")
+    p.add_argument("--max-tokens-per-gpu", type=int, help="token budget per GPU and micro-batch (0: micro_batch)")
+    p.add_argument("--vllm-gpu-util", type=float, default=0.5,
+                   help="vLLM's share of each GPU when colocated (default: 0.5)")
+    p.add_argument("--no-gradient-checkpointing", action="store_true",
+                   help="plan without gradient checkpointing (on by default, as upstream's examples)")
+
     args = parser.parse_args(argv)
     try:
         return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; what was half-built is already removed
+        print(f"ifcore {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `ifcore verify ... | head`: the reader went away; quiet, as SIGPIPE would be
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        return 141
     except (OSError, ValueError, ImportError) as e:  # JsonlError, ConstraintError and JSON errors are ValueErrors
         parser.exit(2, f"ifcore {args.command}: error: {_one_line(e)}\n")
 
@@ -156,10 +205,28 @@ def _run(args) -> int:
         from ifcore.verify import verify_jsonl
 
         # Binary in: verify_jsonl decodes each line itself, so one stray byte costs that line only.
+        shared = None
+        if args.constraints:
+            from ifcore.jsonl import read_jsonl
+
+            with open(args.constraints, encoding="utf-8") as f:
+                text = f.read()
+            try:
+                shared = json.loads(text)
+            except json.JSONDecodeError:  # not one document: JSONL, one constraint per line
+                shared = read_jsonl(args.constraints)
+            if isinstance(shared, dict):  # {"constraints": [...]} or one constraint
+                shared = shared["constraints"] if "constraints" in shared else [shared]
+            if not isinstance(shared, list) or not shared:
+                raise ValueError(f"--constraints {args.constraints}: expected a non-empty JSON list of constraints")
         stdin = contextlib.nullcontext(getattr(sys.stdin, "buffer", sys.stdin))
         with open(args.input, "rb") if args.input else stdin as lines, _open_out(args.output) as fout:
-            counts = verify_jsonl(lines, fout, alpha=args.alpha)
-        print(f"{counts['lines']} lines: {counts['ok']} ok, {counts['errors']} errors", file=sys.stderr)
+            counts = verify_jsonl(lines, fout, alpha=args.alpha, constraints=shared)
+        if not counts["lines"]:
+            print(f"ifcore verify: warning: {args.input or 'standard input'} is empty: nothing verified",
+                  file=sys.stderr)
+        print(f"{counts['lines']} line{'s' * (counts['lines'] != 1)}: {counts['ok']} ok, {counts['errors']} "
+              f"error{'s' * (counts['errors'] != 1)}", file=sys.stderr)
         return 1 if counts["errors"] else 0
     if args.command == "judge-eval":
         from pathlib import Path
@@ -205,6 +272,41 @@ def _run(args) -> int:
         flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
         train(load_config(args.config, **flags))
         return 0
+    if args.command == "openrlhf-plan":
+        from ifcore.run.openrlhf import RUNBOOK, describe
+
+        if args.runbook and args.runbook not in RUNBOOK:
+            raise ValueError(f"--runbook: one of {', '.join(RUNBOOK)}, got {args.runbook!r}")
+        book = RUNBOOK.get(args.runbook, {"config": {}, "max_prompt_len": 1024})
+        model = args.model or book.get("model")
+        if not model:
+            raise ValueError("--model: give a hub id or folder, or --runbook")
+        print(describe({**book["config"], **json.loads(args.config or "{}")}, model=model,
+                       max_prompt_len=args.max_prompt_len or book["max_prompt_len"],
+                       gpus_per_node=args.gpus_per_node, nodes=args.nodes, gpu_gib=args.gpu_gib,
+                       zero_stage=args.zero_stage, max_tokens_per_gpu=args.max_tokens_per_gpu,
+                       vllm_gpu_util=args.vllm_gpu_util, gradient_checkpointing=not args.no_gradient_checkpointing))
+        return 0
+    if args.command == "runs":
+        from ifcore.viz import runs_table
+
+        table = runs_table(args.paths)
+        if table.empty:
+            print(f"no training run or eval output under {', '.join(args.paths)}", file=sys.stderr)
+            return 1
+        print(table.to_string(index=False))
+        return 0
+    if args.command == "report":
+        from ifcore.report import build
+
+        pages = build(args.input, args.output_dir)
+        print(f"{pages[0]} and {len(pages) - 1} notebook pages")
+        return 0
+    if args.command == "compare":
+        from ifcore.viz import compare_runs
+
+        print("\n".join(compare_runs(args.paths, args.confidence)))
+        return 0
     if args.command == "validate-dataset":
         from ifcore.integrations import validate_dataset
 
@@ -247,17 +349,17 @@ def _run(args) -> int:
         seed = {"paper": PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
         if not (seed is None or str(seed).lstrip("-").isdigit()):
             raise ValueError(f"--letter-seed: expected paper, none or an integer, got {seed!r}")
-        run_benchmark(args.what, *_ifeval_like(args.what), Path(args.responses), Path(args.output_dir),
-                      letter_seed=None if seed is None else int(seed), on_duplicate=args.on_duplicate)
-        return 0
+        summary = run_benchmark(args.what, *_ifeval_like(args.what), Path(args.responses), Path(args.output_dir),
+                                letter_seed=None if seed is None else int(seed), on_duplicate=args.on_duplicate,
+                                allow_missing=args.allow_missing)
+        return _print_scores(args, summary)
     if args.command == "eval" and args.what == "scopeif":
         from ifcore.bench.scopeif import evaluate
 
         with _judge(args) as judge:
             summary = evaluate(args.responses, args.output_dir, args.test, args.formalized, judge=judge,
                                on_duplicate=args.on_duplicate)
-        print(json.dumps({k: v for k, v in summary.items() if k != "by_category"}, indent=1))
-        return 0
+        return _print_scores(args, summary)
     if args.command == "labels":
         from collections import Counter
 
@@ -477,6 +579,7 @@ def _eval_model(args) -> int:
     if args.what == "scopeif":
         with _judge(args) as judge:
             summary = evaluate(responses, out, args.test, args.formalized, judge=judge)
+        del summary["missing_responses"]  # the instances not drawn by --limit: a subset is scored alone
     else:
         seed = {"paper": ifeval.PAPER_LETTER_SEED, "none": None}.get(args.letter_seed, args.letter_seed)
         if not (seed is None or str(seed).lstrip("-").isdigit()):
@@ -493,9 +596,49 @@ def _eval_model(args) -> int:
                    **ifeval.summarize(results)}
     summary["generation"] = generation
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    shown = {k: v for k, v in summary.items() if k not in ("by_category", "by_instruction")}
-    print(json.dumps(shown, indent=1))
-    return 0
+    return _print_scores(args, summary)
+
+
+def _print_scores(args, summary: dict) -> int:
+    """The one printer of every `eval` path: what was scored, the scores in percent (units in the header), what
+    was written, and a warning line for what a reader would otherwise miss. Returns the exit status: 1 when
+    prompts lacked a response or responses matched no prompt (unless --allow-missing), else 0."""
+    name, warnings = args.what, []
+    if name == "scopeif":
+        print(f"{name}: {summary['instances']} instances scored; {summary['judged_constraints']} of "
+              f"{summary['constraints']} constraints judged (" + ", ".join(f"{k} {v}" for k, v in
+                                                                          summary["judged_by"].items()) + ")")
+        print(f"{'%':>8}{'CSR':>8}{'ISR':>8}")
+        print(f"{'':>8}" + "".join(f"{'n/a':>8}" if v is None else f"{100 * v:8.2f}"
+                                   for v in (summary["CSR"], summary["ISR"])))
+        written = "verdicts.jsonl, summary.json"
+        if summary.get("missing_responses"):
+            warnings.append(f"{summary['missing_responses']} instances have no response (left out)")
+    else:
+        s, lo = summary["strict"], summary["loose"]
+        print(f"{name}: {s['prompts']} prompts, {s['instructions']} instructions scored")
+        print(f"{'%':>8}{'prompt':>13}{'instruction':>13}")
+        for mode, x in (("strict", s), ("loose", lo)):
+            print(f"{mode:>8}{100 * x['prompt_level']:13.2f}{100 * x['instruction_level']:13.2f}")
+        written = "eval_results_strict.jsonl, eval_results_loose.jsonl, summary.json"
+        if summary.get("missing_responses"):
+            warnings.append(f"{summary['missing_responses']} prompts have no response"
+                            + (" (left out)" if summary.get("missing_scored_as") is None else
+                               " (scored as failed, as empty responses)"))
+        if summary.get("unmatched_responses"):
+            warnings.append(f"{summary['unmatched_responses']} responses match no prompt (ignored)")
+    print(f"written in {args.output_dir}: {written}")
+    generation = summary.get("generation")
+    if generation and generation["reached_max_new_tokens"]:
+        n, of = generation["reached_max_new_tokens"], generation["prompts"]
+        print(f"ifcore eval: warning: {n} of {of} responses ({100 * n / of:.0f} %) reached --max-new-tokens "
+              f"{generation['params']['max_new_tokens']}: cut off, they fail what needs an ending (length, "
+              f"end phrases)", file=sys.stderr)
+    for w in warnings:
+        print(f"ifcore eval: warning: {w}" + ("" if args.allow_missing else
+                                              "; exit status 1 (--allow-missing scores what has a response)"),
+              file=sys.stderr)
+    return 1 if warnings and not args.allow_missing else 0
 
 
 def _version() -> str:

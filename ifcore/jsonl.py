@@ -41,13 +41,16 @@ def parse_line(text: str, required: tuple[str, ...] = ()) -> dict:
     return row
 
 
-def iter_jsonl(lines: Iterable[bytes | str], required: tuple[str, ...] = ()
+def iter_jsonl(lines: Iterable[bytes | str], required: tuple[str, ...] = (), blank: str | None = None
                ) -> Iterator[tuple[int, dict | None, str | None]]:
     """(line number, row, None) for a good line and (line number, None, reason) for a bad one; blank lines
-    are skipped. A line that is not UTF-8 is still parsed after replacement, and its problem reported."""
+    are skipped, or reported as bad with the reason `blank` when it is given. A line that is not UTF-8 is still
+    parsed after replacement, and its problem reported."""
     for number, raw in enumerate(lines, 1):
         text, decode_problem = _decode(raw)
         if not text.strip():
+            if blank:
+                yield number, None, blank
             continue
         try:
             row = parse_line(text, required)

@@ -8,6 +8,7 @@ The dicts are kept as given (so `to_dict` round-trips); `ifcore.verify` compiles
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import re
 import sys
@@ -74,10 +75,8 @@ class Constraint:
         p = _join(path)
         if "judge" in d:
             return cls._judged(d, p)
-        allowed = {"id", "text", "scope", "target", "range", "category", "nonempty", "judge"}
-        for k in d:
-            if k not in allowed:
-                raise ConstraintError(p(k), f"unknown field; expected one of {sorted(allowed)}")
+        _check_fields(d, {"id", "text", "scope", "target", "range", "category", "nonempty", "judge"}, p,
+                      "a constraint")
         for k in ("target", "range"):
             if k not in d:
                 raise ConstraintError(p(k), "missing (a constraint needs scope, target and range)")
@@ -188,6 +187,15 @@ def _join(path: str):
     return lambda k: f"{path}.{k}" if path else str(k)
 
 
+def _check_fields(d: dict, allowed, p, what: str) -> None:
+    """Unknown keys first (a typo `slect` is named as itself, not as a missing `select`), with a did-you-mean."""
+    for k in d:
+        if k not in allowed:
+            close = difflib.get_close_matches(str(k), sorted(allowed), 1)
+            raise ConstraintError(p(k), f"unknown field{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                                        f"{what} takes {sorted(allowed)}")
+
+
 def _show(x: Any) -> str:
     try:
         s = json.dumps(x, ensure_ascii=False, default=str) if not isinstance(x, str) else repr(x)
@@ -278,6 +286,8 @@ def check_scope(scope: Any, path: str) -> None:
         p = _join(sp)
         if not isinstance(step, dict):
             raise ConstraintError(sp, f"expected a step object, got {_show(step)}")
+        _check_fields(step, {"unit", "select", *UNIT_OPTIONS, "index", "indices", "if", "start", "stop"}, p,
+                      "a selection step")
         _unit_kind(step, sp)
         sel = step.get("select")
         _need_choice(sel, ("each", "at", "where", "slice"), p("select"))
@@ -285,7 +295,8 @@ def check_scope(scope: Any, path: str) -> None:
                                                        "where": {"if"}, "slice": {"start", "stop"}}[sel]
         for k in step:
             if k not in allowed:
-                raise ConstraintError(p(k), f"not a field of a {sel!r} step; expected {sorted(allowed)}")
+                raise ConstraintError(p(k), f"not a field of a{'n' * (sel in ('each', 'at'))} {sel!r} step; "
+                                            f"expected {sorted(allowed)}")
         if sel == "at":
             if ("index" in step) == ("indices" in step):
                 raise ConstraintError(p("index"), 'an "at" step needs exactly one of index or indices')
@@ -338,31 +349,35 @@ def _check_key(v: Any, path: str) -> None:
                                     f"got {_show(v)}")
 
 
+_UNIT_OPTS = set(UNIT_OPTIONS)
+TARGET_FIELDS = {  # the fields each kind of target (by its head key) takes
+    "count": {"count", "of", "any_of", "match", "case", "where"} | _UNIT_OPTS,
+    "depth": {"depth"},
+    "has": {"has", "as", "match", "case"},
+    "valid": {"valid"},
+    "matches": {"matches"},
+    "starts_with": {"starts_with", "case"},
+    "ends_with": {"ends_with", "case"},
+    "wrapped": {"wrapped"},
+    "sorted": {"sorted", "unit", "order"} | _UNIT_OPTS,
+    "chain": {"chain", "unit"} | _UNIT_OPTS,
+    "acrostic": {"acrostic", "unit", "case"} | _UNIT_OPTS,
+    "distinct": {"distinct", "by", "min_occurrences"} | _UNIT_OPTS,
+    "pairs": {"pairs", "left", "rel", "right"} | _UNIT_OPTS,
+    "satisfies": {"satisfies"},
+}
+
+
 def check_target(t: Any, path: str) -> None:
     p = _join(path)
     if not isinstance(t, dict) or not t:
         raise ConstraintError(path, f"expected a target object, got {_show(t)}")
+    _check_fields(t, set().union(*TARGET_FIELDS.values()), p, "a target")
     heads = [k for k in TARGET_HEADS if k in t]
     if len(heads) != 1:
         raise ConstraintError(path, f"expected exactly one of {', '.join(TARGET_HEADS)}; got {sorted(t)}")
     head = heads[0]
-    unit_opts = set(UNIT_OPTIONS)
-    allowed = {
-        "count": {"count", "of", "any_of", "match", "case", "where"} | unit_opts,
-        "depth": {"depth"},
-        "has": {"has", "as", "match", "case"},
-        "valid": {"valid"},
-        "matches": {"matches"},
-        "starts_with": {"starts_with", "case"},
-        "ends_with": {"ends_with", "case"},
-        "wrapped": {"wrapped"},
-        "sorted": {"sorted", "unit", "order"} | unit_opts,
-        "chain": {"chain", "unit"} | unit_opts,
-        "acrostic": {"acrostic", "unit", "case"} | unit_opts,
-        "distinct": {"distinct", "by", "min_occurrences"} | unit_opts,
-        "pairs": {"pairs", "left", "rel", "right"} | unit_opts,
-        "satisfies": {"satisfies"},
-    }[head]
+    allowed = TARGET_FIELDS[head]
     for k in t:
         if k not in allowed:
             raise ConstraintError(p(k), f"not a field of a {head!r} target; expected {sorted(allowed)}")
@@ -456,7 +471,9 @@ def check_range(r: Any, path: str, allow_previous: bool) -> None:
         raise ConstraintError(path, f"expected a range object such as {{\"min\": 1}}, got {_show(r)}")
     for k in r:
         if k not in BOUND_KEYS:
-            raise ConstraintError(p(k), f"unknown bound; expected one of {list(BOUND_KEYS)}")
+            close = difflib.get_close_matches(str(k), BOUND_KEYS, 1)
+            raise ConstraintError(p(k), f"unknown bound{f' (did you mean {close[0]!r}?)' if close else ''}; "
+                                        f"expected one of {list(BOUND_KEYS)}")
     if "eq" in r and len(r) > 1:
         raise ConstraintError(p("eq"), "eq cannot be combined with other bounds")
     for k, v in r.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import contextvars
 import datetime
+import itertools
 import json
 import math
 import re
@@ -195,38 +196,55 @@ def verify_all(constraints: list[Constraint | dict], response: str | Doc) -> lis
     return [verify(c, doc) for c in constraints]
 
 
-def verify_jsonl(fin, fout, alpha: float = 3.0) -> dict:
-    """The `ifcore verify` command: every non-blank line of `fin` (bytes or str lines, each a JSON object
-    with "response" and "constraints") gets exactly one line in `fout`, flushed: the verdicts and rewards, or
-    {"error": "line N: ..."}. Whatever goes wrong on a line stays on that line; a line that is not UTF-8 is read
-    with replacement characters and its result carries a "warning". Output is strict JSON (never NaN).
-    Returns {"lines": ..., "ok": ..., "errors": ...}; ValueError naming alpha unless it is finite and positive."""
+def verify_jsonl(fin, fout, alpha: float = 3.0, constraints: list | None = None) -> dict:
+    """The `ifcore verify` command: every line of `fin` (bytes or str lines, each a JSON object with "response"
+    and "constraints", or "response" alone when `constraints`, a shared list of constraint dicts, is given) gets
+    exactly one line in `fout`, flushed: {"line": N, "id": the row's id if it has one, "verdicts": [each with its
+    constraint's "id"], rewards}, or {"line": N, "id"?, "error": "line N: ..."}; a blank line gets an error line
+    too, so that output line N answers input line N. Whatever goes wrong on a line stays on that line; a line that
+    is not UTF-8 is read with replacement characters and its result carries a "warning". Output is strict JSON
+    (never NaN). Returns {"lines": ..., "ok": ..., "errors": ...}; ValueError naming alpha unless it is finite
+    and positive, and naming the input when its first line opens a pretty-printed JSON document (not JSON Lines)."""
     alpha = rewards.check_alpha(alpha)
+    shared = None if constraints is None else [Constraint.from_dict(c, f"--constraints[{i}]")
+                                               for i, c in enumerate(constraints)]
+    lines = iter(fin)
+    head = next(lines, None)  # json.dump(indent=...) opens with `{` or `[` alone on the first line
+    if head is not None and (head.decode("utf-8", "replace") if isinstance(head, bytes) else head).strip() in ("{", "[", "[{"):
+        raise ValueError("the input is one pretty-printed JSON document, not JSON Lines (one object per line): "
+                         "write each {response, constraints} object on a line of its own (`jq -c`)")
     counts = {"lines": 0, "ok": 0, "errors": 0}
-    for n, obj, problem in iter_jsonl(fin):
+    for n, obj, problem in iter_jsonl(itertools.chain([] if head is None else [head], lines), blank="blank line"):
         counts["lines"] += 1
+        out = {"line": n}
         try:
             if obj is None:
                 raise ValueError(problem)
+            if "id" in obj:
+                out["id"] = obj["id"]
             if not isinstance(obj.get("response"), str):
                 raise ValueError('"response": expected a string')
-            if not isinstance(obj.get("constraints"), list):
-                raise ValueError('"constraints": expected a list of constraints')
-            cs = [Constraint.from_dict(c, f"constraints[{i}]") for i, c in enumerate(obj["constraints"])]
+            if shared is not None and "constraints" in obj:
+                raise ValueError('"constraints": given on the line and by --constraints; give them one way')
+            if shared is None and not isinstance(obj.get("constraints"), list):
+                raise ValueError('"constraints": expected a list of constraints (or give --constraints FILE)')
+            cs = shared or [Constraint.from_dict(c, f"constraints[{i}]") for i, c in enumerate(obj["constraints"])]
             verdicts = verify_all(cs, obj["response"])
             sat = [v.satisfied for v in verdicts]
             g = [v.graded(alpha) for v in verdicts]
-            out = {"verdicts": [v.to_dict(alpha) for v in verdicts],
-                   "ila": rewards.ila(sat), "cla": rewards.cla(sat),
-                   "scopeif": rewards.scopeif(sat, g), "scopeif_flat": rewards.scopeif_flat(g)}
-            if problem:
-                out["warning"] = f"line {n}: {problem}"
-            line = json.dumps(out, allow_nan=False)
+            line = json.dumps({**out, "verdicts": [{"id": c.id, **v.to_dict(alpha)} for c, v in zip(cs, verdicts)],
+                               "ila": rewards.ila(sat), "cla": rewards.cla(sat),
+                               "scopeif": rewards.scopeif(sat, g), "scopeif_flat": rewards.scopeif_flat(g),
+                               **({"warning": f"line {n}: {problem}"} if problem else {})},
+                              allow_nan=False, ensure_ascii=False)
             counts["ok"] += 1
         except Exception as e:  # anything, RecursionError and MemoryError included: the next line goes on
             counts["errors"] += 1
             why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
-            line = json.dumps({"error": f"line {n}: {' '.join(why.split())}"})
+            try:
+                line = json.dumps({**out, "error": f"line {n}: {' '.join(why.split())}"}, ensure_ascii=False)
+            except (TypeError, ValueError):  # an id JSON cannot carry back (NaN): the line number joins it
+                line = json.dumps({"line": n, "error": f"line {n}: {' '.join(why.split())}"}, ensure_ascii=False)
         fout.write(line + "\n")
         fout.flush()
     return counts

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import textwrap
 from pathlib import Path
 
 from ifcore import rewards, stats
@@ -69,7 +70,7 @@ def highlight_html(response: str, layers: list[tuple[str, list[tuple[int, int]]]
     legend = " ".join(f'<span style="background:{PALETTE[i % len(PALETTE)]}55;padding:0 4px">'
                       f'{html.escape(label)}</span>' for i, (label, _) in enumerate(layers))
     return (f'<div style="font-size:90%">{legend}</div>'
-            f'<pre style="white-space:pre-wrap;font-family:inherit;line-height:1.5">{"".join(out)}</pre>')
+            f'<pre style="white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere;font-family:inherit;line-height:1.5">{"".join(out)}</pre>')
 
 
 def graded_curves(ax, lo, hi, actual_range, alphas=(1.0, 3.0, 5.0)):
@@ -175,14 +176,15 @@ def by_seed(rows, metric: str, arms: list[str]):
 
 
 def seed_table(tables: dict):
-    """The per-seed values behind the conclusions: one row per (arm, seed), one column per named by_seed table."""
+    """The per-seed values behind the conclusions: one row per (arm, seed) that has a value, one column per named
+    by_seed table (an arm run on fewer seeds than another gets no empty rows)."""
     import pandas as pd
 
     arms = list(next(iter(tables.values())).columns)
     seeds = sorted(set().union(*(t.index for t in tables.values())))
     index = pd.MultiIndex.from_product([[arm_label(a) for a in arms], seeds], names=["arm", "seed"])
     return pd.DataFrame({name: [t[a].get(s) for a in arms for s in seeds] for name, t in tables.items()},
-                        index=index)
+                        index=index, dtype=float).dropna(how="all")
 
 
 def ci_table(tables: dict, level: float = 0.95, bounds=None):
@@ -312,11 +314,12 @@ def curves(ax, df, metric: str, row_type: str = "eval", arms=None, band: str = "
 
 
 def final_bars(ax, df, metrics: list[str], arms=None, labels=None, counts=None, unit: str = "constraints",
-               level: float = 0.95, bounds: tuple[float, float] | None = None):
+               level: float = 0.95, bounds: tuple[float, float] | None = None, start_step: int | None = None):
     """Each arm's value of each metric at its last evaluation: bars are the mean over seeds, whiskers its
     t-interval (none where one seed; kept inside `bounds`, the range the metrics cannot leave), dots the seeds.
     `counts[j]`, when given, is the number of held-out `unit` behind metrics[j] (the same for every arm), written
-    under its label."""
+    under its label. `start_step` (e.g. 0): a white-edged bar marker at each arm's mean at that evaluation, so that
+    the gain of every bar can be read off (ScopeIF Fig. 3 shows the base model beside the trained ones)."""
     import numpy as np
 
     last = last_eval(df)
@@ -332,11 +335,16 @@ def final_bars(ax, df, metrics: list[str], arms=None, labels=None, counts=None, 
                     capsize=2)
         for j, m in enumerate(metrics):
             ax.scatter(np.full(len(sub), x[j] + i * width), sub[m].astype(float), color="black", s=6, zorder=3)
+        if start_step is not None:
+            at = df[(df["type"] == "eval") & (df["step"] == start_step) & (df["arm"] == arm)]
+            ax.scatter(x + i * width, [at[m].astype(float).mean() for m in metrics], marker="_", s=width * 900,
+                       color="black", linewidths=2, zorder=4, label=f"step {start_step}" if i == 0 else None)
     names = list(labels or metrics)
     if counts is not None:
         names = [f"{name}\n({n} {unit})" for name, n in zip(names, counts)]
     ax.set_xticks(x + width * (len(arms) - 1) / 2, names)
-    ax.legend(title=f"bars: mean over seeds; whiskers: {_pct(level)} t-interval; dots: seeds", frameon=False,
+    ax.legend(title=f"bars: mean over seeds; whiskers: {_pct(level)} t-interval; dots: seeds"
+              + (f"; dash: mean at step {start_step}" if start_step is not None else ""), frameon=False,
               fontsize=8, title_fontsize=8, ncol=min(len(arms), 4), loc="lower center", bbox_to_anchor=(0.5, 1))
 
 
@@ -403,7 +411,7 @@ def token_heatmap_html(pieces: list[str], scores, labels=None, title: str = "", 
            'mid-blue 0.03, dark blue 1); '
            + ('framed and underlined in orange: relevant by the verifier\'s labels' if any(labels)
               else 'no token relevant by the labels') + "</div>")
-    return (f'{head}{key}<pre style="white-space:pre-wrap;font-family:inherit;line-height:1.7">{"".join(out)}'
+    return (f'{head}{key}<pre style="white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere;font-family:inherit;line-height:1.7">{"".join(out)}'
             "</pre>")
 
 
@@ -421,9 +429,8 @@ def relevance_matrix(ax, pieces: list[str], rows: list[str], matrix, labels=None
         for r, c in zip(*np.nonzero(np.asarray(labels))):
             ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, edgecolor="#D55E00", linewidth=2.5))
     ax.set_xticks(range(len(pieces)), [repr(p)[1:-1] for p in pieces], rotation=90, fontsize=7, family="monospace")
-    # A long constraint is clipped before its " [verdict class]" suffix, which the reader needs to see.
-    ax.set_yticks(range(len(rows)), [_clip(head, 55) + sep + tag if sep else _clip(r, 70)
-                                     for r in rows for head, sep, tag in [r.rpartition(" [")]], fontsize=8)
+    # A long constraint is wrapped, never clipped: its key word (the counted literal, the bound) is often at the end.
+    ax.set_yticks(range(len(rows)), ["\n".join(textwrap.wrap(r, 48)) for r in rows], fontsize=7)
     ax.set_xlabel("response token")
     ax.figure.colorbar(image, ax=ax, label="relevance p (log scale)", fraction=0.03, pad=0.01)
 
@@ -536,8 +543,9 @@ def _no_data(ax, text: str) -> None:
 
 def mode_scores(axes, scores, benchmarks):
     """One panel per benchmark: each metric's score per mode (ifcore.bench.cot_study.headline). Bars: "as
-    answered" (the whole output); diamonds: "answer-extracted" (the <answer> block or what the tags leave), equal to
-    the bar where the model used no tags. The title counts the prompts."""
+    answered" (the whole output), with their bootstrap intervals over prompts; diamonds: "answer-extracted" (the
+    <answer> block or what the tags leave), equal to the bar where the model used no tags. The title counts the
+    prompts."""
     import numpy as np
 
     for ax, benchmark in zip(axes, benchmarks):
@@ -552,7 +560,10 @@ def mode_scores(axes, scores, benchmarks):
             view = {v: sub[(sub["mode"] == mode) & (sub["view"] == v)].set_index("metric")["score"].reindex(names)
                     .to_numpy(float) for v in ("as answered", "answer-extracted")}
             colour = MODE_COLOURS.get(mode, PALETTE[i % len(PALETTE)])
-            ax.bar(x + i * width, view["as answered"], width, color=colour, label=f"{mode}: as answered")
+            answered = sub[(sub["mode"] == mode) & (sub["view"] == "as answered")].set_index("metric").reindex(names)
+            err = np.array([answered["score"] - answered["lo"], answered["hi"] - answered["score"]], dtype=float)
+            ax.bar(x + i * width, view["as answered"], width, color=colour, label=f"{mode}: as answered",
+                   yerr=np.nan_to_num(err) if "lo" in sub else None, error_kw={"elinewidth": 0.8, "capsize": 2})
             ax.scatter(x + i * width, view["answer-extracted"], marker="D", s=22, color="white", edgecolor="black",
                        zorder=3, label="answer-extracted" if i == 0 else None)
             for xi in x[np.isnan(view["as answered"])]:  # e.g. ISR where no instance is wholly formalized
@@ -560,7 +571,8 @@ def mode_scores(axes, scores, benchmarks):
         ax.set_xticks(x + width * (len(modes) - 1) / 2, names)
         ax.set_title(f"{benchmark} ({int(sub['prompts'].iloc[0])} prompts)")
         ax.set_ylabel("score (%)")
-        ax.set_ylim(0, max(5.0, float(np.nanmax(sub["score"].to_numpy(float), initial=0)) * 1.25))
+        top = sub["hi"] if "hi" in sub else sub["score"]
+        ax.set_ylim(0, min(105.0, max(5.0, float(np.nanmax(top.to_numpy(float), initial=0)) * 1.15)))
     handles, labels = axes[0].get_legend_handles_labels()
     axes[0].figure.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False,
                           bbox_to_anchor=(0.5, -0.08), fontsize=8)
@@ -713,8 +725,165 @@ def mode_examples_html(outputs, prompts, benchmark: str, key, view: str = "as an
             f'<table style="width:100%;table-layout:fixed"><tr>{"".join(cells)}</tr></table></div>')
 
 
-_PRE = "white-space:pre-wrap;font-family:inherit;line-height:1.4;margin:2px 0;padding:4px;text-align:left"
+_PRE = "white-space:pre-wrap;word-break:normal;overflow-wrap:anywhere;font-family:inherit;line-height:1.4;margin:2px 0;padding:4px;text-align:left"
 
 
 def _clip_block(text: str, n: int = 1500) -> str:
     return text if len(text) <= n else text[:n] + f" … [{len(text) - n} more characters]"
+
+
+# ---- `ifcore runs` and `ifcore compare`: what a folder of runs holds, and two of them compared ------------------
+
+def _find_runs(paths) -> list[tuple[str, Path]]:
+    """(kind, folder) for every training run ("train": config.json with an identity, beside metrics.jsonl) and
+    every eval output ("eval": summary.json of `ifcore eval`) at or under the paths, in order, each once."""
+    found = []
+    for root in map(Path, paths):
+        if not root.exists():
+            raise ValueError(f"{root}: no such folder")
+        for cfg in sorted([root / "config.json", *root.rglob("config.json")]):
+            if cfg.is_file() and (cfg.parent / "metrics.jsonl").is_file() and "checkpoints" not in cfg.parts[-3:-1]:
+                found.append(("train", cfg.parent))
+        for summary in sorted([root / "summary.json", *root.rglob("summary.json")]):
+            if summary.is_file():
+                found.append(("eval", summary.parent))
+    seen = set()
+    return [(k, p) for k, p in found if not (p in seen or seen.add(p))]
+
+
+def _train_run(path: Path) -> dict:
+    """A training run's identity, arm, seed, progress and its last held-out evaluation."""
+    identity = json.loads((path / "config.json").read_text())["identity"]
+    rows = [r for r in read_jsonl(path / "metrics.jsonl", allow_empty=True)]
+    done = max((r["step"] for r in rows if r.get("type") == "train"), default=0)
+    last = next((r for r in reversed(rows) if r.get("type") == "eval"), {})
+    sweep = path / "sweep.json"
+    arm = json.loads(sweep.read_text())["arm"] if sweep.is_file() else None
+    return {"path": path, "identity": identity, "arm": arm, "seed": identity["seed"],
+            "status": "finished" if (path / "checkpoints" / f"step_{identity['steps']:06d}").is_dir()
+            else f"step {done} of {identity['steps']}", "eval_step": last.get("step"),
+            "eval_isr": last.get("eval_isr"), "eval_csr": last.get("eval_csr")}
+
+
+_NOT_AN_ARM = {"seed", "output_dir"}  # what differs between the seeds of one arm
+
+
+def _differences(runs: list[dict]) -> list[str]:
+    """Per run, the identity fields whose values differ among the runs (data and model hashes left out: they
+    follow from the fields), as `key=value`."""
+    keys = sorted({k for r in runs for k in r["identity"]} - _NOT_AN_ARM)
+    varying = [k for k in keys if not k.endswith("_sha256")
+               and len({json.dumps(r["identity"].get(k), sort_keys=True) for r in runs}) > 1]
+    return [" ".join(f"{k}={json.dumps(r['identity'].get(k))}" for k in varying) for r in runs]
+
+
+def _eval_output(path: Path) -> dict:
+    summary = json.loads((path / "summary.json").read_text())
+    if "CSR" in summary:  # ifcore eval scopeif
+        return {"path": path, "benchmark": "scopeif", "scores": {"CSR": summary["CSR"], "ISR": summary["ISR"]},
+                "n": summary["instances"]}
+    return {"path": path, "benchmark": summary.get("benchmark", "?"), "n": summary["strict"]["prompts"],
+            "scores": {"P-S": summary["strict"]["prompt_level"], "I-S": summary["strict"]["instruction_level"],
+                       "P-L": summary["loose"]["prompt_level"], "I-L": summary["loose"]["instruction_level"]}}
+
+
+def runs_table(paths):
+    """`ifcore runs`: one row per training run and per eval output under `paths`: where, what (arm or benchmark),
+    seed, status, the headline metrics (training runs: the last held-out ISR and CSR, with its step; evals: the
+    benchmark's own metrics over n items) and, for training runs, the configuration fields that differ among them."""
+    import pandas as pd
+
+    found = _find_runs(paths)
+    train = [_train_run(p) for k, p in found if k == "train"]
+    rows = [{"run": str(r["path"]), "kind": "train", "what": r["arm"] or r["identity"]["reward"], "seed": r["seed"],
+             "status": r["status"],
+             "metrics": "no evaluation yet" if r["eval_step"] is None else
+             f"held-out ISR {r['eval_isr']:.3f} CSR {r['eval_csr']:.3f} at step {r['eval_step']}",
+             "differs in": d} for r, d in zip(train, _differences(train))]
+    for k, p in found:
+        if k == "eval":
+            e = _eval_output(p)
+            rows.append({"run": str(p), "kind": "eval", "what": e["benchmark"], "seed": "-", "status": "scored",
+                         "metrics": " ".join(f"{m} {'n/a' if v is None else f'{100 * v:.2f} %'}"
+                                             for m, v in e["scores"].items()) + f" over {e['n']}",
+                         "differs in": ""})
+    return pd.DataFrame(rows, columns=["run", "kind", "what", "seed", "status", "metrics", "differs in"])
+
+
+def _per_item(path: Path, benchmark: str) -> dict:
+    """Item id -> (metric name -> (value, weight)) of one eval output, for paired comparisons over shared items."""
+    out = {}
+    if benchmark == "scopeif":
+        for row in read_jsonl(path / "verdicts.jsonl"):
+            known = [v["satisfied"] for v in row["verdicts"] if v["satisfied"] is not None]
+            out[row["id"]] = {"CSR": (sum(known) / len(known), 1) if known else (None, 0),
+                              "ISR": (float(all(known)), 1) if known and len(known) == len(row["verdicts"])
+                              else (None, 0)}
+        return out
+    for mode, tag in (("strict", "S"), ("loose", "L")):
+        for row in read_jsonl(path / f"eval_results_{mode}.jsonl"):
+            follow = row["follow_instruction_list"]
+            item = out.setdefault(row["prompt"], {})
+            item[f"P-{tag}"] = (float(row["follow_all_instructions"]), 1)
+            item[f"I-{tag}"] = (sum(follow) / len(follow), len(follow)) if follow else (None, 0)
+    return out
+
+
+def compare_runs(paths, level: float = 0.95, resamples: int = 10_000) -> list[str]:
+    """`ifcore compare`: every other arm (or eval output) against the first one given, as the notebooks compare.
+
+    Training runs are grouped into arms (their sweep arm, else the configuration fields that differ), paired by
+    seed on the last held-out ISR and CSR and decided as one family (`decide`: paired t-test, Holm). Eval outputs
+    of one benchmark are paired over the prompts (instances) both scored, with a percentile bootstrap
+    (stats.paired_bootstrap; instruction-level rates weighted by each prompt's instruction count); the family is
+    corrected with Bonferroni: each interval is at level 1 - (1 - level) / m, and a sign is decided only where it
+    excludes 0."""
+    found = _find_runs(paths)
+    kinds = {k for k, _ in found}
+    if not found:
+        raise ValueError(f"no training run (config.json + metrics.jsonl) or eval output (summary.json) under "
+                         f"{', '.join(map(str, paths))}")
+    if len(kinds) > 1:
+        raise ValueError("training runs and eval outputs cannot be compared with each other; give one kind")
+    if kinds == {"train"}:
+        runs = [_train_run(p) for _, p in found]
+        for r, d in zip(runs, _differences(runs)):
+            r["arm"] = r["arm"] or d or "(same configuration)"
+        arms = list(dict.fromkeys(r["arm"] for r in runs))
+        if len(arms) < 2:
+            raise ValueError(f"all {len(runs)} runs are one arm ({arms[0]}): nothing to compare")
+        steps = {r["eval_step"] for r in runs}
+        by = {a: {r["seed"]: r for r in runs if r["arm"] == a} for a in arms}
+        lines = [f"{len(runs)} runs, {len(arms)} arms; baseline: {arms[0]}; the last held-out evaluation "
+                 f"(step {', '.join(map(str, sorted(s for s in steps if s is not None))) or 'none'})."]
+        comparisons = [(f"{m} {a} minus {arms[0]}", {s: r[m] for s, r in by[a].items()},
+                        {s: r[m] for s, r in by[arms[0]].items()}) for a in arms[1:] for m in ("eval_csr", "eval_isr")]
+        return lines + [family_note(len(comparisons), level)] + decide(comparisons, level)
+    evals = [_eval_output(p) for _, p in found]
+    if len({e["benchmark"] for e in evals}) > 1:
+        raise ValueError(f"eval outputs of different benchmarks: {sorted({e['benchmark'] for e in evals})}")
+    if len(evals) < 2:
+        raise ValueError("one eval output: nothing to compare")
+    items = [_per_item(e["path"], e["benchmark"]) for e in evals]
+    metrics = list(evals[0]["scores"])
+    m = (len(evals) - 1) * len(metrics)
+    corrected = 1 - (1 - level) / m
+    lines = [f"{len(evals)} {evals[0]['benchmark']} outputs; baseline: {evals[0]['path']}. Paired over the items both "
+             f"scored; {m} comparisons, each interval at {_pct(corrected)} (Bonferroni), so that all hold together "
+             f"at {_pct(level)}; a sign is decided only where its interval excludes 0."]
+    for e, mine in zip(evals[1:], items[1:]):
+        shared = [k for k in items[0] if k in mine]
+        for metric in metrics:
+            a = [mine[k][metric][0] for k in shared]
+            b = [items[0][k][metric][0] for k in shared]
+            w = [mine[k][metric][1] if mine[k][metric][0] is not None and items[0][k][metric][0] is not None else 0
+                 for k in shared]
+            diff, lo, hi, n = stats.paired_bootstrap(a, b, w, corrected, resamples)
+            what = f"{metric} {e['path']} minus baseline"
+            if n < 2:
+                lines.append(f"{what}: {n} shared items, nothing can be decided.")
+                continue
+            verdict = ("positive" if lo > 0 else "negative") if lo > 0 or hi < 0 else "its sign is not decided"
+            lines.append(f"{what} = {100 * diff:+.2f} points ({_pct(corrected)} paired bootstrap CI "
+                         f"{100 * lo:+.2f} to {100 * hi:+.2f}, {n} items): {verdict}.")
+    return lines

@@ -102,3 +102,52 @@ def loopback(handler: type, rec):
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+# ---- the report site in a real browser ----------------------------------------------------------------------------
+
+CHECK_SCRIPT = """<script>
+window.addEventListener('load', () => {
+  const imgs = [...document.images];
+  const W = window.innerWidth, wide = [];
+  for (const e of document.body.querySelectorAll('*')) {  // wider than the page, unless a scrolling box holds it
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || r.right <= W + 1) continue;
+    let a = e.parentElement, held = false;
+    for (; a && a !== document.body; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX;
+      if (['auto', 'scroll', 'hidden'].includes(o) && a.getBoundingClientRect().right <= W + 1) { held = true; break; }
+    }
+    if (!held) wide.push(e.tagName + '.' + String(e.className).slice(0, 40));
+  }
+  document.body.setAttribute('data-check', JSON.stringify({images: imgs.length,
+    broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).length, wider: wide.slice(0, 3),
+    height: document.documentElement.scrollHeight}));
+});
+</script>"""
+
+
+def chromium() -> str | None:
+    """The headless Chromium `make test` installs (Debian's chromium-headless-shell), or None."""
+    import shutil
+
+    return shutil.which("chromium-headless-shell") or shutil.which("chromium")
+
+
+def browser_check(page: Path, width: int = 1400, height: int = 900) -> dict:
+    """Load a copy of `page` (with CHECK_SCRIPT) in headless Chromium at width x height, offline: the images and
+    how many loaded, the elements wider than the page, the page's height in px."""
+    import html as html_lib
+    import re
+
+    probe = page.with_name(f".check-{page.name}")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", CHECK_SCRIPT + "</body>"), encoding="utf-8")
+    try:
+        done = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", f"--window-size={width},{height}",
+                               "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        probe.unlink()
+    found = re.search(r'data-check="([^"]*)"', done.stdout)
+    assert found, f"{page.name}: the page did not load in Chromium: {done.stderr[-1000:]}"
+    return json.loads(html_lib.unescape(found.group(1)))

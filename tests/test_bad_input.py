@@ -182,3 +182,18 @@ def test_verification_grows_linearly_from_100_kb_to_1_mb():
     small, big = (cpu_seconds(verify_all, large_response(n)) for n in (100_000, 1_000_000))
     assert len(verify_all(large_response(1_000_000))[0].records) > 5000
     assert big / small < 30, f"1 MB took {big / small:.1f}x the time of 100 KB"
+
+
+@pytest.mark.parametrize("d, where, suggestion", [
+    (bad(scope=[{"unit": "sentence", "slect": "each"}]), "scope[0].slect", "select"),  # not "select: got null"
+    (bad(scope=[{"unit": "list_item", "select": "each", "exclude_nestd": True}]), "scope[0].exclude_nestd",
+     "exclude_nested"),
+    ({"scope": [], "taget": {"count": "word"}, "range": {"min": 1}}, "taget", "target"),
+    (bad(target={"cout": "word"}), "target.cout", "count"),
+    (bad(target={"count": "word", "off": "x"}), "target.off", "of"),
+    (bad(range={"mni": 1}), "range.mni", "min"),
+])
+def test_a_misspelled_key_is_named_as_unknown_with_the_key_it_resembles(d, where, suggestion):
+    with pytest.raises(ConstraintError) as e:
+        Constraint.from_dict(d)
+    assert e.value.path == where and f"did you mean {suggestion!r}?" in str(e.value)

@@ -118,12 +118,46 @@ def test_verify_answers_every_line_and_summarizes(tmp_path, capsys):
                                 b"", GOOD.encode()]) + b"\n")
     status, out, err = run_cli(capsys, "verify", "--input", src, "--output", tmp_path / "out.jsonl")
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert status == 1 and len(rows) == 5  # every non-blank line, the stray byte's line included
-    assert [("error" in r) for r in rows] == [False, True, True, False, False]
+    assert status == 1 and len(rows) == 6  # output line N answers input line N, the blank line included
+    assert [r["line"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [("error" in r) for r in rows] == [False, True, True, False, True, False]
     assert "line 2" in rows[1]["error"] and "line 3" in rows[2]["error"] and "line 4" in rows[3]["warning"]
-    assert err == ["5 lines: 3 ok, 2 errors"]
+    assert rows[4]["error"] == "line 5: blank line"
+    assert err == ["6 lines: 3 ok, 3 errors"]
     status, out, err = run_cli(capsys, "verify", "--input", write(tmp_path / "ok.jsonl", GOOD))
-    assert status == 0 and json.loads(out)["ila"] == 1.0 and err == ["1 lines: 1 ok, 0 errors"]
+    assert status == 0 and json.loads(out)["ila"] == 1.0 and err == ["1 line: 1 ok, 0 errors"]
+
+
+def test_verify_echoes_ids_and_reads_a_shared_constraint_set(tmp_path, capsys):
+    words = {"id": "short", "scope": [], "target": {"count": "word"}, "range": {"max": 3}}
+    shared = write(tmp_path / "c.json", json.dumps([words, {**words, "id": "long", "range": {"min": 3}}]))
+    src = write(tmp_path / "in.jsonl", json.dumps({"id": "a", "response": "Two words"}),
+                json.dumps({"id": 2, "response": "one two three four"}),
+                json.dumps({"id": "c", "response": "x", "constraints": [words]}))
+    status, out, err = run_cli(capsys, "verify", "--input", src, "--constraints", shared)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert status == 1 and [r.get("id") for r in rows] == ["a", 2, "c"]
+    assert [[(v["id"], v["satisfied"]) for v in r["verdicts"]] for r in rows[:2]] == [
+        [("short", True), ("long", False)], [("short", False), ("long", True)]]
+    assert "given on the line and by --constraints" in rows[2]["error"]  # one way or the other, never both
+    jsonl = write(tmp_path / "c.jsonl", json.dumps(words))  # one constraint per line works too
+    status, out, _ = run_cli(capsys, "verify", "--input", src, "--constraints", jsonl)
+    assert [v["id"] for v in json.loads(out.splitlines()[0])["verdicts"]] == ["short"]
+
+
+def test_verify_refuses_a_pretty_printed_document_and_warns_on_empty_input(tmp_path, capsys):
+    pretty = write(tmp_path / "p.json", json.dumps([json.loads(GOOD)], indent=2))
+    status, out, err = run_cli(capsys, "verify", "--input", pretty)
+    assert status == 2 and out == "" and "pretty-printed JSON document, not JSON Lines" in err[0]
+    status, out, err = run_cli(capsys, "verify", "--input", write(tmp_path / "empty.jsonl"))
+    assert status == 0 and out == "" and "is empty: nothing verified" in err[0]
+
+
+def test_verify_into_a_reader_that_goes_away_is_quiet(tmp_path):
+    src = write(tmp_path / "many.jsonl", *[GOOD] * 2000)
+    head = subprocess.run(f"{sys.executable} -m ifcore verify --input {src} | head -1", shell=True,
+                          capture_output=True, text=True, cwd=ROOT, executable="/bin/bash")
+    assert json.loads(head.stdout)["line"] == 1 and "Broken pipe" not in head.stderr and "Error" not in head.stderr
 
 
 def test_validate_dataset_names_every_bad_line_and_refuses_an_empty_file(tmp_path, capsys):
@@ -153,7 +187,8 @@ def test_eval_keeps_the_chosen_duplicate(choice, kept, tmp_path, capsys):
     prompt = FIRST_PROMPTS[0]
     src = write(tmp_path / "r.jsonl", json.dumps({"prompt": prompt, "response": "one"}),
                 json.dumps({"prompt": prompt + " ", "response": "two"}))
-    status, _, _ = run_cli(capsys, "eval", "ifeval", "--responses", src, "--output-dir", tmp_path, "--on-duplicate", choice)
+    status, _, _ = run_cli(capsys, "eval", "ifeval", "--responses", src, "--output-dir", tmp_path, "--on-duplicate", choice,
+                           "--allow-missing")
     strict = json.loads((tmp_path / "eval_results_strict.jsonl").read_text().splitlines()[0])
     assert status == 0 and strict["response"] == kept
     assert json.loads((tmp_path / "summary.json").read_text())["unmatched_responses"] == 0
@@ -161,9 +196,9 @@ def test_eval_keeps_the_chosen_duplicate(choice, kept, tmp_path, capsys):
     src = write(tmp_path / "s.jsonl", json.dumps({"id": 7, "response": "one"}), json.dumps({"id": 8, "response": "x"}),
                 json.dumps({"prompt": "p7", "response": "two"}))
     status, out, _ = run_cli(capsys, "eval", "scopeif", *scopeif_files(tmp_path), "--responses", src, "--output-dir",
-                         tmp_path, "--on-duplicate", choice)
+                         tmp_path, "--on-duplicate", choice, "--allow-missing")
     verdicts = [json.loads(line) for line in (tmp_path / "verdicts.jsonl").read_text().splitlines()]
-    assert status == 0 and json.loads(out)["instances"] == 2  # not 3: the duplicate counts once
+    assert status == 0 and out.startswith("scopeif: 2 instances scored")  # not 3: the duplicate counts once
     assert [(v["id"], v["response"]) for v in verdicts] == [(7, kept), (8, "x")]
 
 
@@ -235,3 +270,80 @@ def test_installed_command_gives_no_traceback_and_loads_no_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(write(tmp_path / "in.jsonl", GOOD))], capture_output=True,
                           text=True, timeout=120)
     assert done.stderr.splitlines()[-1] == "False"
+
+
+GPT4 = ROOT / "tests" / "data" / "ifeval" / "input_response_data_gpt4_20231107_145030.jsonl"
+
+
+def fake_run(path: Path, reward: str, seed: int, csr: float, steps: int = 4, finished: bool = True) -> Path:
+    """A training run folder as `ifcore train` leaves it, reduced to what `runs` and `compare` read."""
+    path.mkdir(parents=True)
+    identity = {"reward": reward, "seed": seed, "steps": steps, "lr": 5e-4, "model_sha256": f"{seed}"}
+    (path / "config.json").write_text(json.dumps({"key": "k", "identity": identity, "paths": {}}))
+    rows = [{"type": "train", "step": s} for s in range(1, steps + 1 if finished else 2)]
+    rows.append({"type": "eval", "step": rows[-1]["step"], "eval_isr": csr / 2, "eval_csr": csr})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if finished:
+        (path / "checkpoints" / f"step_{steps:06d}").mkdir(parents=True)
+    return path
+
+
+def test_runs_lists_training_runs_and_eval_outputs_with_what_differs(tmp_path, capsys):
+    fake_run(tmp_path / "a" / "ila-seed0", "ila", 0, 0.5)
+    fake_run(tmp_path / "a" / "cla-seed0", "cla", 0, 0.25, finished=False)
+    gpt4 = GPT4
+    assert run_cli(capsys, "eval", "ifeval", "--responses", gpt4, "--output-dir", tmp_path / "e")[0] == 0
+    status, out, _ = run_cli(capsys, "runs", tmp_path)
+    lines = out.splitlines()
+    assert status == 0 and len(lines) == 4
+    cla, ila, ev = (next(ln for ln in lines if key in ln) for key in ("cla-seed0", "ila-seed0", "/e "))
+    assert "step 1 of 4" in cla and 'reward="cla"' in cla and "CSR 0.250 at step 1" in cla
+    assert "finished" in ila and "lr" not in ila  # only what differs is shown
+    assert "P-S 76.89 % I-S 83.57 %" in ev and "over 541" in ev and " nan " not in ev.lower()
+    assert run_cli(capsys, "runs", tmp_path / "nothing-here")[0] == 2
+
+
+def test_compare_decides_arms_over_seeds_with_holm(tmp_path, capsys):
+    for seed, (base, better) in enumerate([(0.30, 0.50), (0.35, 0.52), (0.32, 0.49)]):
+        fake_run(tmp_path / f"ila-seed{seed}", "ila", seed, base)
+        fake_run(tmp_path / f"scopeif-seed{seed}", "scopeif", seed, better)
+    status, out, _ = run_cli(capsys, "compare", *[tmp_path / f"ila-seed{s}" for s in range(3)], tmp_path)
+    assert status == 0 and 'baseline: reward="ila"' in out and "Holm-adjusted over 2 comparisons" in out
+    assert re.search(r'eval_csr reward="scopeif" minus reward="ila" = \+0\.180 .*: positive\.', out)
+    status, _, err = run_cli(capsys, "compare", tmp_path / "ila-seed0", tmp_path / "ila-seed1")
+    assert status == 2 and "one arm" in err[0]
+
+
+def test_compare_eval_outputs_pairs_prompts_with_a_corrected_bootstrap(tmp_path, capsys):
+    gpt4 = read_jsonl(GPT4)
+    worse = write(tmp_path / "worse.jsonl", *[json.dumps({**r, "response": r["response"] if i % 2 else ""})
+                                             for i, r in enumerate(gpt4)])
+    for name, src in (("base", GPT4), ("worse", worse)):
+        run_cli(capsys, "eval", "ifeval", "--responses", src, "--output-dir", tmp_path / name)
+    status, out, _ = run_cli(capsys, "compare", tmp_path / "base", tmp_path / "worse")
+    assert status == 0 and "4 comparisons, each interval at 98.75% (Bonferroni)" in out
+    assert re.search(r"P-S .*worse minus baseline = -\d+\.\d\d points .*541 items\): negative\.", out)
+    run_cli(capsys, "eval", "ifeval", "--responses", GPT4, "--output-dir", tmp_path / "same")
+    status, out, _ = run_cli(capsys, "compare", tmp_path / "base", tmp_path / "same")
+    assert out.count("its sign is not decided") == 4 and out.count("= +0.00 points") == 4
+
+
+def test_every_option_has_a_help_line_that_shows_its_default(monkeypatch):
+    import argparse
+
+    from ifcore import cli
+
+    built = []
+
+    def keep(self, args=None, namespace=None):  # the parser main() builds, before it parses anything
+        built.append(self)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", keep)
+    with pytest.raises(SystemExit):
+        cli.main(["verify"])
+    subcommands = next(a for a in built[0]._actions if isinstance(a, argparse._SubParsersAction)).choices
+    lacking = [f"{name} {a.option_strings[0]}" for name, sub in subcommands.items() for a in sub._actions
+               if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS
+               and (not a.help or (a.default not in (None, False, argparse.SUPPRESS) and "default" not in a.help))]
+    assert len(subcommands) >= 13 and lacking == []

@@ -27,7 +27,18 @@ from test_integrations import LABEL, PROMPT, R, SCOPEIF_R, _openrlhf_module
 
 REPO = Path(__file__).resolve().parents[1]
 OPENRLHF = _openrlhf_module()
-OPENRLHF_KEYS = set(log_keys(("prompt_mismatch", "prompt_not_found")))
+OPENRLHF_KEYS = set(log_keys(("prompt_mismatch", "prompt_not_found", "reward_error")))
+
+
+def _openrlhf_logged(caplog, match, *args):
+    """OpenRLHF swallows a reward function's exception (and fails later on reward None): ifcore's logs it with
+    the sample, gives the floor reward and counts reward_error instead of raising."""
+    caplog.clear()
+    with caplog.at_level("ERROR"):
+        out = OPENRLHF(*args)
+    assert re.search(match, caplog.text), caplog.text[-2000:]
+    assert out["extra_logs"]["reward_error"] > 0
+    return out
 IFCORE_VARS = ("IFCORE_REWARD", "IFCORE_THINK", "IFCORE_ALPHA", "IFCORE_BUDGET_S", "IFCORE_MAX_RESPONSE_CHARS",
                "IFCORE_EOS")
 WORDS = {"scope": [], "target": {"count": "word"}, "range": {"min": 1}}
@@ -184,11 +195,12 @@ def test_an_overflowing_reference_gives_a_finite_reward_in_range(kind):
         assert all(_in_range(kind, r) for r in rw), (name, rw)
 
 
-def test_a_reward_out_of_range_is_an_error_naming_the_sample(monkeypatch):
+def test_a_reward_out_of_range_is_an_error_naming_the_sample(monkeypatch, caplog):
     for kind in ("scopeif", "raif"):  # a bug in the math, simulated
         monkeypatch.setattr(rewards, kind, lambda *args: math.nan)
-    with pytest.raises(ValueError, match=r"sample 0 \(prompt ending .*assistant'\): scopeif reward nan outside"):
-        OPENRLHF([PROMPT + R + "<|im_end|>"] * 2, [PROMPT] * 2, [LABEL] * 2)
+    out = _openrlhf_logged(caplog, r"sample 0 \(prompt ending .*assistant'\): scopeif reward nan outside",
+                           [PROMPT + R + "<|im_end|>"] * 2, [PROMPT] * 2, [LABEL] * 2)
+    assert out["rewards"].tolist() == [0.0, 0.0] and out["extra_logs"]["reward_error"] == 1.0
     with pytest.raises(ValueError, match=r"completion 0 \(prompt ending 'Write about rivers\.'\).*outside"):
         trl_reward_fn(["Write about rivers."], [R], label=[LABEL])
     with pytest.raises(ValueError, match=r"scopeinstruct sample 7: raif reward nan outside \[-3.0, 3.0\]"):
@@ -234,10 +246,9 @@ def test_validate_dataset_reports_every_bad_line_and_never_raises(kinds, as_text
 
 @pytest.mark.parametrize("label,reason", [(DEEP, "nested too deeply"), (b"\xff\xfe", "not UTF-8"),
                                           (json.loads(json.dumps({"constraints": [[[[]]]]})), "constraints[0]")])
-def test_adapters_name_the_sample_of_a_hostile_label(label, reason):
+def test_adapters_name_the_sample_of_a_hostile_label(label, reason, caplog):
     reason = re.escape(reason)
-    with pytest.raises(ConstraintError, match=rf"label of sample 0 \(prompt ending .*\).*{reason}"):
-        OPENRLHF([PROMPT + R], [PROMPT], [label])
+    _openrlhf_logged(caplog, rf"label of sample 0 \(prompt ending .*\).*{reason}", [PROMPT + R], [PROMPT], [label])
     with pytest.raises(ConstraintError, match=rf"label of completion 0 \(prompt ending 'p'\).*{reason}"):
         trl_reward_fn(["p"], [R], label=[label])
     with pytest.raises(ConstraintError, match=rf"ground_truth of d sample 4.*{reason}"):

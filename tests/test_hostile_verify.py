@@ -210,8 +210,9 @@ def test_every_input_line_gets_exactly_one_output_line(lines, as_text):
     data = [ln.decode("utf-8", "replace") if as_text else ln for ln in lines]
     out = FlushCounter()
     counts = verify_jsonl([ln + ("\n" if as_text else b"\n") for ln in data], out)
-    expected = [n for n, ln in enumerate(lines, 1) if ln.strip()]
+    expected = list(range(1, len(lines) + 1))  # blank lines too: output line N answers input line N
     rows = [_strict(x) for x in out.getvalue().splitlines()]
+    assert [row["line"] for row in rows] == expected
     assert len(rows) == len(expected) == counts["lines"] == counts["ok"] + counts["errors"]
     assert out.flushes >= len(expected)
     for n, row in zip(expected, rows):
@@ -225,11 +226,12 @@ def test_every_input_line_gets_exactly_one_output_line(lines, as_text):
 def test_verify_errors_name_the_line_and_field_and_decoding_is_reported():
     out = io.StringIO()
     lines = [json.dumps(GOOD).encode(), BAD_LINES[3], b"", BAD_LINES[8], BAD_LINES[6]]
-    assert verify_jsonl(lines, out) == {"lines": 4, "ok": 2, "errors": 2}
+    assert verify_jsonl(lines, out) == {"lines": 5, "ok": 2, "errors": 3}
     rows = [json.loads(x) for x in out.getvalue().splitlines()]
     assert rows[1]["error"].startswith("line 2: constraints[0].range.max: expected a finite number within float")
-    assert rows[2]["warning"].startswith("line 4: not UTF-8 at byte")
-    assert rows[3]["error"].startswith("line 5: not JSON: nested too deeply")
+    assert rows[2]["error"] == "line 3: blank line"
+    assert rows[3]["warning"].startswith("line 4: not UTF-8 at byte")
+    assert rows[4]["error"].startswith("line 5: not JSON: nested too deeply")
 
 
 @pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -1.0, 0.0, None])

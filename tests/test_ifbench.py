@@ -285,9 +285,13 @@ def test_cli_eval_ifbench_on_the_sample(tmp_path, capsys):
     """Against the shipped prompts (db69a6f): prompts with trailing spaces in the sample match stripped; the
     seven prompts whose lines were run together in the sample's old prompt file have no response."""
     assert main(["eval", "ifbench", "--responses", str(DATA / "sample_output.jsonl"),
-                 "--output-dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "7 prompts without a response, 1 responses matching no prompt" in out
+                 "--output-dir", str(tmp_path)]) == 1  # prompts without a response: done, but said by the status
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[:4] == ["ifbench: 300 prompts, 344 instructions scored",
+                                             "       %       prompt  instruction",
+                                             "  strict        26.00        27.33", "   loose        29.33        31.69"]
+    assert "7 prompts have no response (scored as failed, as empty responses)" in captured.err
+    assert "1 responses match no prompt (ignored)" in captured.err
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["strict"]["prompts"], summary["strict"]["instructions"]) == (300, 344)
     assert (summary["strict"]["prompts_followed"], summary["strict"]["instructions_followed"]) == (78, 94)

@@ -3,7 +3,6 @@ that pin the official behaviour (quirks included), the loose mode, robustness an
 
 Every hand case below gives the verdict of the official google-research checker (instructions.py at 3f357bde).
 """
-import io
 import json
 import random
 import re
@@ -156,7 +155,7 @@ def test_paper_figures_with_the_2023_random_letters(tmp_path):
     responses = {r["prompt"]: r["response"] for r in ifeval.read_jsonl(GPT4, ("prompt", "response"))}
     strict, loose = ifeval.legacy_letter_draws(rows, ifeval.PAPER_LETTER_SEED)
     assert sorted(rows[i]["key"] for i, _ in strict) == [1122, 1129] and strict.keys() == loose.keys()
-    summary = ifeval.run_benchmark("ifeval", ifeval.PROMPTS, ifeval.IFEVAL, GPT4, tmp_path, out=io.StringIO())
+    summary = ifeval.run_benchmark("ifeval", ifeval.PROMPTS, ifeval.IFEVAL, GPT4, tmp_path)
     assert [round(100 * summary[m][k], 2) for m in ("strict", "loose") for k in ("prompt_level", "instruction_level")] \
         == [76.89, 83.57, 79.67, 85.61]
     # Other seeds are other draws of the same official code: strict moves by one or two instructions.
@@ -250,7 +249,8 @@ def test_cli_eval_writes_official_format(tmp_path):
     responses = tmp_path / "responses.jsonl"
     responses.write_text(json.dumps({"prompt": rows[0]["prompt"], "response": "A reply, with a comma."}) + "\n"
                          + json.dumps({"prompt": "not an IFEval prompt", "response": "x"}) + "\n")
-    assert main(["eval", "ifeval", "--responses", str(responses), "--output-dir", str(tmp_path / "out")]) == 0
+    # 540 prompts without a response are scored as failed, and said so by the exit status
+    assert main(["eval", "ifeval", "--responses", str(responses), "--output-dir", str(tmp_path / "out")]) == 1
     strict = [json.loads(line) for line in (tmp_path / "out" / "eval_results_strict.jsonl").open()]
     assert len(strict) == 541
     assert list(strict[0]) == ["follow_all_instructions", "follow_instruction_list", "instruction_id_list", "prompt",
@@ -262,6 +262,11 @@ def test_cli_eval_writes_official_format(tmp_path):
     assert (summary["missing_responses"], summary["unmatched_responses"]) == (540, 1)
     assert summary["strict"]["prompts"] == 541 and summary["strict"]["prompt_level"] == 0.0
     assert set(summary["by_instruction"]) == set(ifeval.IFEVAL)
+    # --allow-missing: the prompts that have a response, alone (a --limit run's own responses.jsonl)
+    assert main(["eval", "ifeval", "--responses", str(responses), "--output-dir", str(tmp_path / "sub"),
+                 "--allow-missing"]) == 0
+    summary = json.loads((tmp_path / "sub" / "summary.json").read_text())
+    assert summary["strict"]["prompts"] == 1 and summary["missing_scored_as"] is None
 
 
 def test_cli_eval_bad_input_is_a_clear_error(tmp_path, capsys):

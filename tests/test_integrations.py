@@ -153,7 +153,9 @@ def test_openrlhf_malformed_label_names_the_sample(executor_cls, caplog):
     executor = executor_cls([str(REPO / MODULE)])
     with caplog.at_level(logging.INFO):
         out = _rollout(executor, bad, R + "<|im_end|>")
-    assert out["reward"] is None  # OpenRLHF logs the exception and gives no reward
+    # OpenRLHF's executor would log a raised exception at INFO and give reward None (the run then fails far from
+    # the cause): the reward function logs it itself, with the sample, and gives the floor reward, counted
+    assert float(out["reward"]) == 0.0 and out["extra_logs"]["reward_error"] == 1.0
     assert "constraints[0].scope[0].index: expected an integer" in caplog.text
     assert "Write three short paragraphs about a river." in caplog.text
 
@@ -192,6 +194,22 @@ def test_openrlhf_settings_from_the_environment(monkeypatch):
         reward_func(queries[:1], [PROMPT], [LABEL])
 
 
+def test_openrlhf_scoring_errors_are_logged_floored_and_counted(monkeypatch, caplog):
+    # OpenRLHF swallows a reward function's exception and the run fails later on reward None, far from the cause
+    reward_func = _openrlhf_module()
+    queries = [PROMPT + R + "<|im_end|>"] * 3
+    labels = [LABEL, json.dumps({"constraints": [{"scope": [], "target": {"count": "word"}, "range": {"min": "x"}}]}),
+              LABEL]
+    with caplog.at_level("ERROR"):
+        out = reward_func(queries, [PROMPT] * 3, labels)
+    assert out["rewards"].tolist() == pytest.approx([SCOPEIF_R, 0.0, SCOPEIF_R], abs=1e-6)  # scopeif's floor: 0
+    assert out["extra_logs"]["reward_error"] == pytest.approx(1 / 3)
+    assert "scoring sample 1 (prompt ending" in caplog.text and "range.min" in caplog.text
+    monkeypatch.setenv("IFCORE_REWARD", "raif")  # RAIF's floor, -3; the failure counts as a failed format
+    out = reward_func(queries[:1], [PROMPT], labels[1:2])
+    assert out["rewards"].tolist() == [-3.0] and out["extra_logs"]["format_fail"] == 1.0
+
+
 _REWARD_FUNC = _openrlhf_module()
 
 
@@ -200,7 +218,9 @@ _REWARD_FUNC = _openrlhf_module()
 def test_openrlhf_never_raises_on_text(text, eos):
     out = _REWARD_FUNC([PROMPT + text + eos, text], [PROMPT, PROMPT], [LABEL, LABEL])
     assert out["rewards"].shape == (2,) and out["extra_logs"].keys() == set(log_keys(("prompt_mismatch",
-                                                                                     "prompt_not_found")))
+                                                                                     "prompt_not_found",
+                                                                                     "reward_error")))
+    assert out["extra_logs"]["reward_error"] == 0.0
     assert ((out["rewards"] >= 0) & (out["rewards"] <= 1)).all()
 
 

@@ -12,7 +12,10 @@ import papermill
 import pytest
 
 import scripted_judge
+from helpers import browser_check, chromium
 from ifcore.paths import repo_path
+from ifcore.report import build as build_report
+from test_report import PAGE_BUDGET
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -35,8 +38,8 @@ SMALL = {
                                                      "eval_every": 10, "max_new_tokens": 24}},
 }
 FIGURES = {"00_constraint_schema.ipynb": ["00_graded_reward_curves", "00_judge_accuracy", "00_scopeif_test_coverage"],
-           "01_cot_preliminary_study.ipynb": ["01_cot_effect_by_type", "01_format_adherence", "01_reasoning_keywords",
-                                              "01_reasoning_length", "01_restatement", "01_scores_by_mode"],
+           # the tiny test model writes no tags and no reasoning: those figures would be empty and are not drawn
+           "01_cot_preliminary_study.ipynb": ["01_cot_effect_by_type", "01_reasoning_length", "01_scores_by_mode"],
            "02_raif_superior_cot.ipynb": ["02_heldout_isr_csr_reasoning", "02_reasoning_keywords",
                                           "02_reasoning_length_per_seed", "02_training_dynamics"],
            "03_scopeif_graded_reward.ipynb": ["03_csr_per_scope", "03_heldout_isr_csr", "03_identical_pair_fraction",
@@ -87,6 +90,40 @@ def test_defaults_are_found_from_the_package_whatever_the_working_directory(tmp_
     assert shipped.read_bytes() == (ROOT / "tests" / "data" / "scopeif_formalized.jsonl").read_bytes()
 
 
+def test_a_parameter_the_notebook_does_not_declare_stops_it_with_a_did_you_mean(tmp_path, monkeypatch, capsys):
+    from ifcore import paths
+
+    monkeypatch.setattr(paths, "repo_path", lambda path, default: tmp_path / default)
+    monkeypatch.delenv("IFCORE_REPRODUCE", raising=False)
+    params = "# Parameters (papermill overrides these)\nsteps: int = 40\nseeds: list = [0]\nfigures_dir: str = None\n"
+    ns = {"__annotations__": {"steps": int, "seeds": list, "figures_dir": str}, "steps": 2, "seeds": [0],
+          "figures_dir": None, "In": ["", params, "# Parameters\nstep = 2\nseeds = [0]\n"]}
+    with pytest.raises(ValueError, match=r"unknown parameter 'step' \(did you mean 'steps'\?\)"):
+        paths.notebook_figures("03_x", ns)
+    # Declared names only: figures go to a folder of this run's own, never to the repository's tracked figures/.
+    ns["In"][-1] = "# Parameters\nsteps = 2\n"
+    mine = paths.notebook_figures("03_x", ns)
+    assert mine.parent == tmp_path / "runs" / "figures" and mine.name.startswith("03_x-")
+    assert json.loads((mine / "parameters.json").read_text()) == {"figures_dir": None, "seeds": [0], "steps": 2}
+    assert paths.notebook_figures("03_x", {**ns, "steps": 3}) != mine  # other values, another folder
+    assert paths.notebook_figures("03_x", {**ns, "figures_dir": str(tmp_path / "f")}) == tmp_path / "f"
+    monkeypatch.setenv("IFCORE_REPRODUCE", "1")  # make reproduce alone writes the committed figures
+    assert paths.notebook_figures("03_x", ns) == tmp_path / "figures"
+    # Every rendering says which machine and software produced it.
+    assert re.search(r"^machine: .+ \d+ cores, OMP_NUM_THREADS .*; torch .+, transformers .+; 20\d\d-\d\d-\d\d",
+                     capsys.readouterr().out, re.M)
+
+
+@pytest.mark.slow
+def test_a_typo_in_a_papermill_parameter_stops_notebook_03_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))  # nothing may be built there
+    with pytest.raises(papermill.PapermillExecutionError, match="did you mean 'steps'"):
+        papermill.execute_notebook(str(ROOT / "notebooks" / "03_scopeif_graded_reward.ipynb"),
+                                   str(tmp_path / "out.ipynb"), parameters={"step": 2}, kernel_name="python3",
+                                   progress_bar=False)
+    assert not (tmp_path / "cache").exists()
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     """One cache (the tiny warm start) and one runs folder for all executions: the second run of notebook 03
@@ -111,6 +148,13 @@ def execute(path: Path, cwd: Path, shared: Path, tmp_path: Path, monkeypatch, **
     outputs = [o for c in nb.cells for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert sorted(p.stem for p in (tmp_path / "figures").glob("*.png")) == FIGURES[path.name]
+    # Nobody watches a papermill run: no progress bar redraws and no widget boxes in what a reviewer reads.
+    assert not [o for o in outputs if "%|" in o.get("text", "") or "it/s]" in o.get("text", "")]
+    assert not [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    page = build_report(tmp_path, tmp_path / "report")[1]
+    if chromium():  # as a reviewer opens it: loads, images load, fits the page width and the page budget
+        seen = browser_check(page)
+        assert seen["broken"] == 0 and seen["wider"] == [] and seen["height"] <= PAGE_BUDGET * 900, seen
     return ("\n".join(o.get("text", "") for o in outputs),
             "\n".join(o.get("data", {}).get("text/plain", "") for o in outputs))
 

@@ -22,7 +22,8 @@ from ifcore.advantages import group_norm, token_rtt
 from ifcore.rewards import raif
 
 REPO = Path(__file__).resolve().parents[1]
-PLUGIN_ENV = ("IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE", "IFCORE_RTT_SEED", "IFCORE_RTT_LABELS",
+PLUGIN_ENV = ("IFCORE_EVAL_LAST", "IFCORE_CKPT_KEEP", "IFCORE_RTT_BETA", "IFCORE_RTT_RELEVANCE", "IFCORE_RTT_MODE",
+              "IFCORE_RTT_SEED", "IFCORE_RTT_LABELS",
               "IFCORE_RTT_DISCRIMINATOR", "IFCORE_RAIF_NOTHINK", "IFCORE_RAIF_NOTHINK_SUFFIX", "IFCORE_RAIF_FILTER",
               "IFCORE_RAIF_TEST", "IFCORE_RAIF_REFILL", "IFCORE_RAIF_NOTHINK_ACCURACY",
               "IFCORE_BC_COEF", "IFCORE_BC_DATA", "IFCORE_BC_BATCH")
@@ -322,6 +323,100 @@ def test_judged_constraints_are_left_out_of_rtt(openrlhf_module):
     plain = original(maker, _batches(maker, copy.deepcopy(samples)))
     got = plugins.add_rtt(maker, original(maker, _batches(maker, samples)), 0.5, fake_relevance)
     assert all(torch.equal(a.advantages, b.advantages) for a, b in zip(got, plain))  # OpenRLHF's advantage alone
+
+
+class _GpuActor:
+    """A reference-model actor handle: Ray's built-in `__ray_call__.remote(fn, *args)` runs fn(actor, *args) in the
+    actor's process (here, in this one), recorded."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.__ray_call__ = _ns(remote=self.call)
+
+    def call(self, fn, *args):
+        self.calls.append((self, fn.__name__, *args))
+        return fn(self, *args)
+
+
+def test_a_discriminator_runs_batched_on_the_gpu_actors(openrlhf_module, monkeypatch):
+    # OpenRLHF's trainer actor (where the advantages are computed) has no GPU: a "module:function" relevance runs
+    # in the reference model's actors, once per step over all (criteria, response) pairs, split between them.
+    module, plugins = openrlhf_module
+    local = []
+    monkeypatch.setitem(sys.modules, "fake_disc", _module(
+        "fake_disc", relevance=lambda c, r: (local.append(len(c)), fake_relevance(c, r))[1]))
+    monkeypatch.setattr(plugins, "_HOSTED", {})
+    texts = ["The river runs.\n\nA heron." + TOK.EOS, "heron" + TOK.EOS, "<think>x</think>a river heron" + TOK.EOS,
+             "water" + TOK.EOS, "The heron and the fish." + TOK.EOS, "cold stone heron"]
+    samples = [_experience(module, p, t, r) for p, t, r in zip(["Q: a"] * 3 + ["Q: b"] * 3, texts,
+                                                                  [1, 0.5, 0.25, 0, 0.75, 0.5])]
+    maker = _maker(module, 3, 2)
+    original = module.RemoteExperienceMaker.compute_advantages_and_returns
+    want = plugins.add_rtt(maker, original(maker, _batches(maker, copy.deepcopy(samples))), 0.5, fake_relevance)
+    calls = []
+    maker.initial_model_group = _ns(_actor_handlers=[_GpuActor(calls) for _ in range(4)])
+    hosted = plugins.add_rtt(maker, original(maker, _batches(maker, samples)), 0.5,
+                             lambda c, r: pytest.fail("the trainer actor computed the relevance"), "intra", "paper",
+                             "fake_disc:relevance")
+    assert all(torch.allclose(a.advantages, b.advantages) for a, b in zip(hosted, want))
+    # 6 responses x 3 constraints = 18 pairs in chunks of 5, 5, 5, 3: one call per actor, each batched
+    assert [len(c[3]) for c in calls] == [5, 5, 5, 3] == local and {c[1] for c in calls} == {"_hosted_relevance"}
+    assert len({id(c[0]) for c in calls}) == 4 and [x for c in calls for x in c[3]] == _criteria() * 6
+    tokens = sum(len(TOK(t)["input_ids"]) for t in texts) * 3
+    for e in hosted:  # the step's cost, on every sample (their mean is the step's value)
+        assert e.info["rtt_tokens"].tolist() == [tokens] * len(e.index) and (e.info["rtt_seconds"] >= 0).all()
+    # a second step reuses the function loaded in the actor's process
+    plugins.add_rtt(maker, original(maker, _batches(maker, copy.deepcopy(samples))), 0.5, None, "intra", "paper",
+                    "fake_disc:relevance")
+    assert list(plugins._HOSTED) == ["fake_disc:relevance"] and len(calls) == 8
+
+
+def test_superior_cot_logs_keep_ratio_and_the_two_reward_means(openrlhf_module):
+    # notebook 02's panels: keep ratio, CoT and no-think reward; OpenRLHF averages each extra log over the rollouts
+    from ifcore.run.curves import _openrlhf_key
+
+    _, plugins = openrlhf_module
+    ok = {"format_fail": 0.0, "no_reasoning": 0.0, "ila": 1.0, "cla": 1.0}
+    bad = {**ok, "ila": 0.0, "cla": 0.0}
+    groups = [([1.0, 0.5, 2.0], [0.25], ok), ([0.0, -1.0, 3.0], [1.5], bad)]  # 3 CoT + 1 no-think each
+    rows = []
+    for cot, plain, logs in groups:
+        rows += plugins.superior_cot_group([{"reward": torch.tensor([r]), "extra_logs": dict(ok)} for r in cot],
+                                           [{"reward": r, "extra_logs": dict(logs)} for r in plain])
+    mean = {k: np.mean([r["extra_logs"][k] for r in rows]) for k in ("raif_keep", "cot_reward_mean",
+                                                                     "nothink_reward_mean")}
+    assert mean["cot_reward_mean"] == pytest.approx(np.mean([1.0, 0.5, 2.0, 0.0, -1.0, 3.0]))
+    assert mean["nothink_reward_mean"] == pytest.approx(np.mean([0.25, 1.5]))
+    assert mean["raif_keep"] == pytest.approx(np.mean([rows[0]["extra_logs"]["raif_keep"],
+                                                       rows[4]["extra_logs"]["raif_keep"]]))
+    assert [_openrlhf_key(k, 1.0)[0] for k in mean] == ["keep_ratio", "cot_reward_mean", "nothink_reward_mean"]
+
+
+def test_the_last_step_is_evaluated_and_old_hf_checkpoints_pruned(openrlhf_module, monkeypatch, tmp_path):
+    _, plugins = openrlhf_module
+    evaluated = []
+    trainer = types.SimpleNamespace(args=_ns(eval={"steps": 4, "temperature": 0.7, "n_samples_per_prompt": 2}),
+                                    eval_dataloader=[1], generate_kwargs={"max_new_tokens": 8, "temperature": 1.0},
+                                    evaluate=lambda step, **kw: evaluated.append((step, kw)))
+    step = plugins._eval_last(lambda self, samples, g: ({}, g + 1), 6)
+    for g in range(6):  # steps 1..6: OpenRLHF's fit evaluates at 4; the plug-in adds 6, the last
+        step(trainer, [], g)
+    assert evaluated == [(6, {"max_new_tokens": 8, "temperature": 0.7, "n_samples_per_prompt": 2})]
+    monkeypatch.setenv("IFCORE_EVAL_LAST", "6")
+    monkeypatch.setenv("IFCORE_CKPT_KEEP", "2")
+    assert plugins.install() == ["BasePPOTrainer.train_step", "DeepspeedStrategy.save_model"]
+    # DeepspeedStrategy.save_model as the wheel's: rank 0 writes the folder (the module imports deepspeed itself)
+    strategy, saved = _ns(is_rank_0=lambda: True), []
+    save = plugins._prune_hf(lambda self, model, tok, out, **kw: (os.makedirs(out), saved.append(out)), 2)
+    ckpt = tmp_path / "checkpoints"
+    (ckpt / "_actor").mkdir(parents=True)
+    (ckpt / "best_global_step2_hf").mkdir()
+    for g in (2, 4, 6, 8):
+        save(strategy, None, None, str(ckpt / f"global_step{g}_hf"))
+    save(strategy, None, None, str(tmp_path / "model"))  # the final model: not a step's checkpoint
+    assert sorted(p.name for p in ckpt.iterdir()) == ["_actor", "best_global_step2_hf", "global_step6_hf",
+                                                      "global_step8_hf"]
+    assert (tmp_path / "model").is_dir() and len(saved) == 5
 
 
 def test_install_patches_only_what_the_environment_turns_on(openrlhf_module, monkeypatch, tmp_path):
@@ -633,31 +728,36 @@ def test_no_think_rollouts_are_scored_as_the_embedded_trainer_under_every_gate(m
 # ---- RAIF: behaviour cloning -------------------------------------------------------------------------------------
 
 class TinyActor(torch.nn.Module):
-    """OpenRLHF's Actor interface: the log-probs of the action tokens (action_mask's width, from the right)."""
+    """OpenRLHF's Actor interface: the log-probs of the action tokens (action_mask's width, from the right), of the
+    logits divided by `temperature` as models/actor.py divides them."""
 
-    def __init__(self):
+    def __init__(self, temperature=1.0):
         super().__init__()
         torch.manual_seed(0)
         self.emb, self.out = torch.nn.Embedding(200, 8), torch.nn.Linear(8, 200)
+        self.temperature = temperature
 
     def logits(self, sequences):
         return self.out(self.emb(sequences))
 
     def forward(self, sequences, action_mask, attention_mask=None, return_output=False, **kwargs):
-        logp = self.logits(sequences)[:, :-1].log_softmax(-1).gather(-1, sequences[:, 1:, None]).squeeze(-1)
+        logits = self.logits(sequences) / self.temperature
+        logp = logits[:, :-1].log_softmax(-1).gather(-1, sequences[:, 1:, None]).squeeze(-1)
         logp = logp[:, -action_mask.shape[1]:]
         return (logp, _ns(aux_loss=0.0)) if return_output else logp
 
 
-def _policy_trainer(module_cls):
+def _policy_trainer(module_cls, gas=1, temperature=2.0):
     backward_losses = []
     trainer = module_cls.__new__(module_cls)
     trainer.args = _ns(algo={"kl": {"use_loss": False}}, actor={"entropy_coef": None},
-                       train={"dynamic_batch_enable": False, "seed": 7})
-    trainer.strategy = _ns(args=trainer.args, ring_attn_group=None,
+                       train={"dynamic_batch_enable": False, "seed": 7},
+                       ds={"ring_attn_size": 1, "tensor_parallel_size": 1},
+                       rollout={"max_new_tokens": 64}, data={"max_len": 128})
+    trainer.strategy = _ns(args=trainer.args, ring_attn_group=None, accumulated_gradient=gas,
                            backward=lambda loss, model, optim: backward_losses.append(loss),
                            optimizer_step=lambda *a, **k: None, get_grad_norm=lambda model: 0.0)
-    trainer.actor, trainer.tokenizer, trainer.aux_loss, trainer.ema_model = TinyActor(), TOK, False, None
+    trainer.actor, trainer.tokenizer, trainer.aux_loss, trainer.ema_model = TinyActor(temperature), TOK, False, None
     trainer.actor_optim = None
     trainer.actor_scheduler = _ns(get_last_lr=lambda: [1e-6])
     # the PPO clip loss is not what is tested here: a masked mean of -A x ratio stands in for PolicyLoss
@@ -667,47 +767,123 @@ def _policy_trainer(module_cls):
     return trainer, backward_losses
 
 
-def test_behaviour_cloning_adds_the_expert_nll(openrlhf_module, monkeypatch, tmp_path):
-    from openrlhf.trainer.ppo_utils.experience import Experience
-    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+EXPERTS = [{"prompt": "Q: river?", "response": "A heron." + TOK.EOS},
+           {"prompt": "Q: fish?", "response": "Cold water, stones and fish." + TOK.EOS},
+           {"prompt": "Q: stone?", "response": "Grey." + TOK.EOS},
+           {"prompt": "Q: cold?", "response": "The water runs cold over the stone." + TOK.EOS},
+           {"prompt": "Q: heron?", "response": "It waits." + TOK.EOS}]
 
-    _, plugins = openrlhf_module
-    experts = [{"prompt": "Q: river?", "response": "A heron." + TOK.EOS},
-               {"prompt": "Q: fish?", "response": "Cold water, stones and fish." + TOK.EOS}]
-    path = tmp_path / "bc.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in experts))
+
+def _policy_experience():
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
     seq = torch.tensor([TOK("Q: x A b" + TOK.EOS)["input_ids"]])
     action = torch.zeros(1, seq.shape[1] - 1, dtype=torch.bool)
     action[0, 4:] = True
-    experience = Experience(sequences=seq, attention_mask=torch.ones_like(seq), action_mask=action,
-                            action_log_probs=torch.zeros(action.shape), advantages=torch.full(action.shape, 0.5),
-                            response_length=torch.tensor([5.0]), info={})
+    return Experience(sequences=seq, attention_mask=torch.ones_like(seq), action_mask=action,
+                      action_log_probs=torch.zeros(action.shape), advantages=torch.full(action.shape, 0.5),
+                      response_length=torch.tensor([5.0]), info={})
 
-    trainer, losses = _policy_trainer(ActorPPOTrainer)
-    ActorPPOTrainer.training_step(trainer, copy.deepcopy(experience), 0.0, 0, {})
-    monkeypatch.setenv("IFCORE_BC_COEF", "0.3")
-    monkeypatch.setenv("IFCORE_BC_DATA", str(path))
-    monkeypatch.setenv("IFCORE_BC_BATCH", "8")
-    assert plugins.install() == ["ActorPPOTrainer.training_step"]
-    status = ActorPPOTrainer.training_step(trainer, copy.deepcopy(experience), 0.0, 0, {})
-    assert trainer.strategy.backward.__name__ == "<lambda>"  # the strategy's own backward is back
 
-    nll = []  # -log pi(response | prompt), token by token, from the model's logits (RAIF eq. 8)
-    for e in experts:
+def _expert_nll_sum(actor, pairs):
+    """-sum log pi(response | prompt) at temperature 1, token by token from the model's logits, and the count."""
+    out = []
+    for e in pairs:
         p, r = TOK(e["prompt"])["input_ids"], TOK(e["response"])["input_ids"]
         ids = torch.tensor([p + r])
-        logp = trainer.actor.logits(ids)[0, :-1].log_softmax(-1)
-        nll += [-logp[t - 1, ids[0, t]] for t in range(len(p), len(p) + len(r))]
-    nll = torch.stack(nll).mean()
-    assert losses[1].item() == pytest.approx(losses[0].item() + 0.3 * nll.item(), rel=1e-5)
-    assert losses[1].requires_grad
-    assert status["metrics"]["bc_loss"].item() == pytest.approx(nll.item(), rel=1e-5)
+        logp = actor.logits(ids)[0, :-1].log_softmax(-1)
+        out += [-logp[t - 1, ids[0, t]] for t in range(len(p), len(p) + len(r))]
+    return torch.stack(out).sum(), len(out)
+
+
+def _bc_install(plugins, monkeypatch, tmp_path, batch):
+    path = tmp_path / "bc.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in EXPERTS))
+    monkeypatch.setenv("IFCORE_BC_COEF", "0.3")
+    monkeypatch.setenv("IFCORE_BC_DATA", str(path))
+    monkeypatch.setenv("IFCORE_BC_BATCH", str(batch))
+    assert plugins.install() == ["ActorPPOTrainer.ppo_train", "ActorPPOTrainer.training_step"]
+
+
+def _ppo_train_original(epochs, micro_steps, drawn):
+    """The wheel's ppo_train loop, reduced to its calls of training_step (epochs x micro-batches of a step)."""
+    def ppo_train(self, kl_ctl):
+        drawn.append(self._ifcore_bc)
+        for _ in range(epochs):
+            for step in range(micro_steps):
+                self.training_step(copy.deepcopy(_policy_experience()), kl_ctl, step, {})
+    return ppo_train
+
+
+def test_behaviour_cloning_adds_the_expert_nll_once_per_step(openrlhf_module, monkeypatch, tmp_path):
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    _, plugins = openrlhf_module
+    trainer, losses = _policy_trainer(ActorPPOTrainer, gas=2)
+    ActorPPOTrainer.training_step(trainer, copy.deepcopy(_policy_experience()), 0.0, 0, {})
+    ppo_loss = losses.pop().item()
+    drawn = []
+    monkeypatch.setattr(ActorPPOTrainer, "ppo_train", _ppo_train_original(2, 2, drawn))
+    _bc_install(plugins, monkeypatch, tmp_path, batch=3)
+    ActorPPOTrainer.ppo_train(trainer, 0.0)  # one training step: 2 epochs x 2 micro-batches (gas 2)
+    assert trainer.strategy.backward.__name__ == "<lambda>"  # the strategy's own backward is back
+    assert len(drawn) == 1 and len(losses) == 4
+    (seqs, _, action), total, dp = drawn[0]
+    assert len(seqs) == 3 and dp == 1 and total == int(action.sum())  # the whole draw: this (only) rank's share
+    pick = np.random.default_rng([7, 1]).choice(len(EXPERTS), 3, replace=False)
+    nll_sum, n = _expert_nll_sum(trainer.actor, [EXPERTS[k] for k in pick])  # temperature 1, not the actor's 2
+    assert n == total
+    # coef x the token mean over the draw at each optimizer step's first micro-batch (DeepSpeed divides by gas 2)
+    want = ppo_loss + 0.3 * 2 * nll_sum.item() / n
+    assert [round(x.item(), 4) for x in losses] == [round(want, 4), round(ppo_loss, 4)] * 2
+    assert losses[0].requires_grad and trainer.actor.temperature == 2.0
+    # the next training step draws anew
+    ActorPPOTrainer.ppo_train(trainer, 0.0)
+    assert not torch.equal(drawn[1][0][0], drawn[0][0][0]) or drawn[1][0][0].shape != drawn[0][0][0].shape
+    status = ActorPPOTrainer.training_step(trainer, copy.deepcopy(_policy_experience()), 0.0, 1, {})
+    second = [EXPERTS[k] for k in np.random.default_rng([7, 2]).choice(5, 3, replace=False)]
+    assert status["metrics"]["bc_loss"].item() == pytest.approx(
+        _expert_nll_sum(trainer.actor, second)[0].item() / drawn[1][1], rel=1e-5)
     assert status["weights"]["bc_loss"] == "sample"
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "p", "response": 3}) + "\n")
     with pytest.raises(Exception, match="bad.jsonl: row 1: prompt and response must be strings"):
         plugins.read_experts(str(bad))
+
+
+def test_behaviour_cloning_shards_the_draw_over_ranks(openrlhf_module, monkeypatch, tmp_path):
+    import torch.distributed as dist
+    from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
+
+    _, plugins = openrlhf_module
+    drawn = []
+    monkeypatch.setattr(ActorPPOTrainer, "ppo_train", lambda self, kl: drawn.append(self._ifcore_bc))
+    _bc_install(plugins, monkeypatch, tmp_path, batch=5)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 4)
+    for rank in range(4):
+        monkeypatch.setattr(dist, "get_rank", lambda rank=rank: rank)
+        trainer, _ = _policy_trainer(ActorPPOTrainer)
+        ActorPPOTrainer.ppo_train(trainer, 0.0)
+    # ceil(5 / 4) = 2 pairs per rank, 8 in the draw (with replacement: 5 experts), each rank its own two
+    shares = [d[0][0] for d in drawn]
+    assert all(len(x) == 2 for x in shares) and len({d[1] for d in drawn}) == 1 and drawn[0][2] == 4
+    draw = np.random.default_rng([7, 1]).choice(5, 8, replace=True)
+    for rank, share in enumerate(shares):
+        want = plugins.expert_batch(TOK, [EXPERTS[k] for k in draw], 64, 128)[0][2 * rank:2 * rank + 2]
+        assert torch.equal(share, want)
+
+
+def test_expert_sequences_are_cut_to_the_generation_limits():
+    from ifcore.integrations.openrlhf_plugins import expert_batch
+
+    pair = {"prompt": "P" * 30, "response": "R" * 50}
+    seqs, attention, action = expert_batch(TOK, [pair], max_new_tokens=20, max_len=40)
+    assert seqs.shape == (1, 40) and int(action.sum()) == 20  # 20 response tokens, the prompt's last 20
+    assert TOK.decode(seqs[0].tolist()) == "P" * 20 + "R" * 20
+    seqs, _, action = expert_batch(TOK, [pair])
+    assert seqs.shape == (1, 80) and int(action.sum()) == 50
 
 
 def test_install_imports_no_gpu_module_and_patches_on_import(wheel_dir, tmp_path):
@@ -717,7 +893,7 @@ def test_install_imports_no_gpu_module_and_patches_on_import(wheel_dir, tmp_path
     experts.write_text(json.dumps({"prompt": "p", "response": "r"}) + "\n")
     env = {"IFCORE_RTT_BETA": "0.5", "IFCORE_RTT_RELEVANCE": "uniform",
            "IFCORE_RAIF_NOTHINK": "1", "IFCORE_RAIF_REFILL": "1", "IFCORE_RAIF_STEPS": "3",
-           "IFCORE_BC_COEF": "0.1", "IFCORE_BC_DATA": str(experts)}
+           "IFCORE_BC_COEF": "0.1", "IFCORE_BC_DATA": str(experts), "IFCORE_EVAL_LAST": "3", "IFCORE_CKPT_KEEP": "2"}
     code = f"""
 import sys
 sys.path.insert(0, {str(REPO / "tests")!r})
@@ -734,16 +910,19 @@ from test_openrlhf_plugins import _module
 sys.modules["openrlhf.datasets"] = _module("openrlhf.datasets", PromptDataset=object)
 sys.modules["openrlhf.datasets.utils"] = _module("openrlhf.datasets.utils", blending_datasets=None)
 from openrlhf.trainer.ppo_trainer import BasePPOTrainer
-assert BasePPOTrainer.train_step._ifcore == ("raif",)
+assert BasePPOTrainer.train_step._ifcore == ("raif", "eval")
+from ifcore.integrations.openrlhf_plugins import _FINDER  # deepspeed.py needs the real deepspeed: still pending
+assert [c for c, *_ in _FINDER.pending["openrlhf.utils.deepspeed.deepspeed"]] == ["DeepspeedStrategy"]
 assert RemoteExperienceMaker.compute_advantages_and_returns._ifcore == ("rtt", "raif")
 assert SamplesGenerator.generate_samples._ifcore == ("raif",)
-assert ActorPPOTrainer.training_step._ifcore == ("bc",)
+assert ActorPPOTrainer.training_step._ifcore == ActorPPOTrainer.ppo_train._ifcore == ("bc",)
 print(names)
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, **env, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert "ActorPPOTrainer.training_step" in done.stdout and "BasePPOTrainer.train_step" in done.stdout
+    assert "DeepspeedStrategy.save_model" in done.stdout
 
 
 def test_plugins_import_no_trainer():

@@ -283,16 +283,22 @@ def test_eval_with_a_model_scores_a_seeded_subset_alone_as_the_full_benchmark_wo
     status, out, _ = run_cli(capsys, "eval", "ifeval", *common, "--output-dir", tmp_path / "a")
     assert status == 0
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
-    assert json.loads(out)["strict"] == summary["strict"]
+    assert out.splitlines()[2] == f"  strict{100 * summary['strict']['prompt_level']:13.2f}" \
+                                  f"{100 * summary['strict']['instruction_level']:13.2f}"
     assert summary["strict"]["prompts"] == 5 and summary["generation"]["prompts"] == 5
     assert summary["generation"]["of"] == 541 and summary["generation"]["subset_seed"] == 3
     responses = read_jsonl(tmp_path / "a" / "responses.jsonl")
     everything = [r["prompt"] for r in read_jsonl(ifeval.PROMPTS)]
     picked = [everything.index(r["prompt"]) for r in responses]
     assert picked == sorted(picked) and all(r["response"] == r["prompt"][::-1] for r in responses)
-    # The same responses scored by the full benchmark: the subset's records are its records for those prompts.
+    # The same responses scored by the full benchmark: the subset's records are its records for those prompts;
+    # the 536 prompts without a response are scored as failed there, and the status says so.
     status, _, _ = run_cli(capsys, "eval", "ifeval", "--responses", tmp_path / "a" / "responses.jsonl", "--output-dir",
                        tmp_path / "full")
+    assert status == 1
+    status, _, _ = run_cli(capsys, "eval", "ifeval", "--responses", tmp_path / "a" / "responses.jsonl", "--output-dir",
+                           tmp_path / "again", "--allow-missing")  # re-scoring a --limit run's own responses
+    assert status == 0 and json.loads((tmp_path / "again" / "summary.json").read_text())["strict"] == summary["strict"]
     for mode in ("strict", "loose"):
         full = {r["prompt"]: r for r in read_jsonl(tmp_path / "full" / f"eval_results_{mode}.jsonl")}
         subset = read_jsonl(tmp_path / "a" / f"eval_results_{mode}.jsonl")
@@ -302,14 +308,18 @@ def test_eval_with_a_model_scores_a_seeded_subset_alone_as_the_full_benchmark_wo
     run_cli(capsys, "eval", "ifeval", *common[:-1], "4", "--output-dir", tmp_path / "b")
     assert read_jsonl(tmp_path / "b" / "responses.jsonl") != responses
     status, out, _ = run_cli(capsys, "eval", "scopeif", *common, "--output-dir", tmp_path / "s")
-    assert status == 0 and json.loads(out)["instances"] == 5
+    assert status == 0 and out.startswith("scopeif: 5 instances scored")
     assert len(read_jsonl(tmp_path / "s" / "responses.jsonl")) == 5
 
 
 def test_eval_with_a_local_model_counts_the_responses_cut_at_max_new_tokens(llama, tmp_path, capsys):
-    status, _, _ = run_cli(capsys, "eval", "ifbench", "--model", llama, "--limit", "2", "--max-new-tokens", "6",
-                       "--output-dir", tmp_path)
+    status, out, err = run_cli(capsys, "eval", "ifbench", "--model", llama, "--limit", "2", "--max-new-tokens", "6",
+                               "--output-dir", tmp_path)
     generation = json.loads((tmp_path / "summary.json").read_text())["generation"]
+    # the same printer as --responses: percents, units in the header; and a warning that names the cap
+    assert out.startswith("ifbench: 2 prompts, ") and out.splitlines()[1] == "       %       prompt  instruction"
+    n = generation["reached_max_new_tokens"]
+    assert f"warning: {n} of 2 responses ({50 * n:.0f} %) reached --max-new-tokens 6" in "\n".join(err)
     assert status == 0 and generation["model"] == registry.model_id(llama)
     assert generation["params"]["max_new_tokens"] == 6 and generation["params"]["temperature"] == 0.0
     # A random tiny model rarely stops by itself within 6 tokens; each cut completion is counted.

@@ -62,11 +62,13 @@ def _notebook_configs() -> list[tuple[str, dict]]:
 
 
 CONFIGS = _notebook_configs()
+TINY_CONFIG = json.loads((TINY / "config.json").read_text())
+QWEN = openrlhf.KNOWN_CONFIGS["Qwen/Qwen3-4B"]  # the runbook's policy: "/cluster/policy" below has its config
 
 
 def _command(cfg: dict, run: str = "/cluster/runs/x", **kw) -> list[str]:
     chat = cfg["reward"] != "raif"  # RAIF's CoT prompts are written formatted
-    kw = {"n_prompts": 4000, **kw}
+    kw = {"n_prompts": 4000, "model_config": QWEN, **kw}
     return openrlhf.command(cfg, run, model="/cluster/policy", prompt_data="/cluster/train.jsonl",
                             eval_data="/cluster/test.jsonl", chat_template=chat, **kw)
 
@@ -120,10 +122,15 @@ def test_notebook_commands_parse(arm, cfg):
     on = mode != "broadcast" or paired or bool(cfg["bc_coef"])
 
     spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model="/cluster/policy", prompt_data="/cluster/train.jsonl",
-                             n_prompts=4000, chat_template=cfg["reward"] != "raif")
-    assert shlex.split(spec["entrypoint"])[:3] == argv[:3] and spec["runtime_env"]["env_vars"] == env
+                             n_prompts=4000, chat_template=cfg["reward"] != "raif", model_config=QWEN)
+    assert shlex.split(spec["entrypoint"])[:3] == argv[:3]
     assert spec["runtime_env"]["working_dir"] == str(REPO)
-    assert spec["runtime_env"].get("worker_process_setup_hook") == (openrlhf.PLUGINS_HOOK if on else None)
+    # the hook is always there: it keeps the newest HF checkpoints (IFCORE_CKPT_KEEP) and evaluates after the last
+    # step (IFCORE_EVAL_LAST, with eval data and steps not a multiple of eval_every)
+    assert spec["runtime_env"]["worker_process_setup_hook"] == openrlhf.PLUGINS_HOOK
+    assert env.items() <= spec["runtime_env"]["env_vars"].items()
+    assert spec["runtime_env"]["env_vars"]["IFCORE_CKPT_KEEP"] == "3"
+    assert on == bool(env.keys() - {"IFCORE_REWARD", "IFCORE_THINK", "IFCORE_ALPHA"})  # the arm's own plug-ins
 
 
 def test_bad_flag_is_named():
@@ -183,7 +190,8 @@ def test_steps_beyond_the_prompt_file_take_episodes(tmp_path):
     data.write_text("".join(json.dumps({"prompt": f"p{i}", "label": "{}"}) + "\n" for i in range(100)))
     cfg = dict(CONFIGS[0][1], reward="scopeif", nothink_share=0.0, superior_cot="off", steps=40,
                prompts_per_step=16)
-    _, args = openrlhf.parse(openrlhf.command(cfg, "/r", model="/m", prompt_data=str(data))[3:])
+    _, args = openrlhf.parse(openrlhf.command(cfg, "/r", model="/m", prompt_data=str(data),
+                                                      model_config=QWEN)[3:])
     assert (args.data.max_samples, args.train.num_episodes) == (80, 8)  # 40 x 16 = 8 episodes of 5 steps
 
 
@@ -237,6 +245,25 @@ def test_job_files_hold_the_embedded_trainers_prompts(tmp_path):
         f.write(json.dumps({"prompt": "Say anything.", "label": json.dumps({"constraints": []})}) + "\n")
     with pytest.raises(ValueError, match=r"rows.jsonl: row 7 label: no constraints"):
         openrlhf.job_files(cfg, tmp_path / "run2")
+    # the no-think suffix: RAIF's block for a template without a thinking switch (this one); a model whose template
+    # has one (Qwen3's, as the embedded policy's template) gets the block that template writes
+    assert files["nothink_suffix"] == NOTHINK_SUFFIX and env["IFCORE_RAIF_NOTHINK_SUFFIX"] == NOTHINK_SUFFIX
+    import shutil
+
+    from ifcore.train.model import CHAT_TEMPLATE
+    qwen_like = tmp_path / "qwen_like"
+    shutil.copytree(TINY, qwen_like)
+    (qwen_like / "chat_template.jinja").write_text(CHAT_TEMPLATE)
+    data.write_text("".join(json.dumps(r) + "\n" for r in read_jsonl(data)[:6]))
+    got = openrlhf.job_files(dict(cfg, model=str(qwen_like)), tmp_path / "run4")
+    assert got["nothink_suffix"] == "<think>\n\n</think>\n\n"
+    # a prompt longer than the model's positions leave after max_new_tokens: refused by row, not cut from the left
+    label = read_jsonl(data)[0]["label"]
+    data.write_text("".join(json.dumps({"prompt": p, "label": label}) + "\n"
+                            for p in ["Short.", "river " * 5000, "Also short."]))
+    with pytest.raises(ValueError, match=r"rows.jsonl: row 2: the prompt has \d+ tokens, but .* 4096 positions leave "
+                                         r"\d+ after max_new_tokens"):
+        openrlhf.job_files(dict(cfg, bc_coef=0.0), tmp_path / "run3")
 
 
 @settings(max_examples=40, deadline=None)
@@ -248,9 +275,9 @@ def test_batch_sizes_satisfy_deepspeeds_identity(prompts, group, micro, gpus):
     if prompts * group % gpus:
         with pytest.raises(ValueError, match=f"prompts_per_step: .* {prompts * group} rollouts per step do not "
                                              f"split evenly over {gpus} GPUs"):
-            _command(cfg, gpus_per_node=gpus)
+            _command(cfg, gpus_per_node=gpus, model_config=TINY_CONFIG)
         return
-    _, args = openrlhf.parse(_command(cfg, gpus_per_node=gpus)[3:])
+    _, args = openrlhf.parse(_command(cfg, gpus_per_node=gpus, model_config=TINY_CONFIG)[3:])
     mb, train = args.train.micro_batch_size, args.train.batch_size
     accumulation = train // mb // gpus  # the wheel's own formula
     assert train == mb * accumulation * gpus and 1 <= mb <= micro and args.rollout.micro_batch_size == mb
@@ -264,7 +291,7 @@ def test_the_entrypoint_runs_the_given_python(monkeypatch):
     monkeypatch.setenv("IFCORE_OPENRLHF_PYTHON", "/opt/rl/bin/python")
     assert _command(cfg)[0] == "/opt/rl/bin/python"
     spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model="/cluster/policy", prompt_data="/cluster/train.jsonl",
-                             n_prompts=4000, chat_template=False, python="/venv/bin/python")
+                             n_prompts=4000, chat_template=False, python="/venv/bin/python", model_config=QWEN)
     assert shlex.split(spec["entrypoint"])[:3] == ["/venv/bin/python", "-m", "openrlhf.cli.train_ppo_ray"]
 
 
@@ -272,7 +299,7 @@ def test_max_len_fits_the_models_positions(tmp_path):
     # --data.max_len is vLLM's max_model_len: the default warm-start policy has 512 positions
     model = tmp_path / "policy"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 512}))
+    (model / "config.json").write_text(json.dumps({**TINY_CONFIG, "max_position_embeddings": 512}))
     cfg = asdict(load_config(None, max_new_tokens=64))
 
     def max_len(**kw):
@@ -480,3 +507,137 @@ def test_evaluate_checkpoint_through_an_endpoint(tmp_path, monkeypatch):
     assert ((tmp_path / "served" / "responses.jsonl").read_text()
             == (tmp_path / "local" / "responses.jsonl").read_text())
     assert served["strict"] == local["strict"] and served["loose"] == local["loose"]
+
+
+# ---- the launch planner ----------------------------------------------------------------------------------------------
+
+def _runbook(name: str, **kw) -> tuple[list[str], dict]:
+    r = openrlhf.RUNBOOK[name]
+    cfg = asdict(load_config(None, **r["config"]))
+    argv = openrlhf.command(cfg, "/cluster/runs/x", model=r["model"], prompt_data="/cluster/train.jsonl",
+                            n_prompts=4000, max_prompt_len=r["max_prompt_len"],
+                            chat_template=cfg["reward"] != "raif", **kw)
+    config = openrlhf.KNOWN_CONFIGS[r["model"]]
+    env = openrlhf.reward_env(cfg)
+    plan = openrlhf.memory_plan(argv, config, bc_batch=int(env.get("IFCORE_BC_BATCH", 0)),
+                                discriminator=config if "IFCORE_RTT_DISCRIMINATOR" in env else None)
+    return argv, plan
+
+
+def test_n_params_matches_the_published_sizes():
+    # Qwen3-4B: 4.0B parameters, 3.6B without the embedding (its model card); the warm start: about 0.5M
+    qwen = openrlhf.KNOWN_CONFIGS["Qwen/Qwen3-4B"]
+    assert openrlhf.n_params(qwen) == pytest.approx(4.02e9, rel=0.01)
+    assert openrlhf.n_params(qwen) - qwen["vocab_size"] * qwen["hidden_size"] == pytest.approx(3.6e9, rel=0.02)
+    assert openrlhf.n_params(openrlhf.KNOWN_CONFIGS["Qwen/Qwen2.5-0.5B-Instruct"]) == pytest.approx(0.49e9, rel=0.02)
+    assert openrlhf.n_params(openrlhf.KNOWN_CONFIGS["ifcore-warm-start"]) == pytest.approx(0.5e6, rel=0.2)
+
+
+def test_the_runbooks_old_notebook_03_settings_are_refused_and_the_planners_fit():
+    # The review's arithmetic: micro 32 x 9,216 tokens of fp32 full-vocabulary logits is ~179 GB before anything
+    # else, and without gradient checkpointing every layer's activations stay: refused, naming the knobs.
+    with pytest.raises(ValueError, match=r"memory: the plan needs \d+\.\d GiB per GPU in its training phase, over the "
+                                         r"stated 80 GiB .*activations .*gradient_checkpointing=True.*logits .*"
+                                         r"max_tokens_per_gpu.* \(294912 tokens per GPU"):
+        _runbook("03", gradient_checkpointing=False, packing=False, max_tokens_per_gpu=0)
+    argv, plan = _runbook("03")  # the planner's defaults: checkpointing, packing, a 16k-token budget per GPU
+    _, args = openrlhf.parse(argv[3:])
+    assert args.actor.gradient_checkpointing_enable and args.ds.packing_samples and args.train.dynamic_batch_enable
+    assert args.train.max_tokens_per_gpu == args.rollout.max_tokens_per_gpu == 16384 >= args.data.max_len == 9216
+    assert plan["fits"] and plan["peak_gib"] <= 80
+    # 16 bytes per parameter under ZeRO-2 on 8 GPUs: 2N + 14N/8; the logits 16,384 x 151,936 x 10 bytes
+    n = plan["parameters"]
+    assert plan["terms"]["model_states"] == pytest.approx((2 * n + 14 * n / 8) / 2 ** 30)
+    assert plan["terms"]["logits"] == pytest.approx(16384 * 151936 * 10 / 2 ** 30)
+    # the same 80 GB stated as 40 GiB is refused by name; ZeRO-3 lowers the model states
+    with pytest.raises(ValueError, match=r"over the stated 40 GiB"):
+        _runbook("03", gpu_gib=40)
+    _, plan3 = _runbook("03", zero_stage=3)
+    assert plan3["terms"]["model_states"] == pytest.approx(16 * n / 8 / 2 ** 30)
+    assert plan3["terms"]["model_states"] < plan["terms"]["model_states"]
+    # vLLM's share and the reserve over the GPU: the generation phase is refused, naming gpu_memory_utilization
+    with pytest.raises(ValueError, match=r"generation phase.*vllm .*vllm_gpu_util"):
+        _runbook("03", vllm_gpu_util=0.99)
+
+
+@pytest.mark.parametrize("name", list(openrlhf.RUNBOOK))
+def test_every_runbook_configuration_fits_one_80gb_gpu(name):
+    argv, plan = _runbook(name)
+    assert plan["fits"], openrlhf.format_plan(plan)
+    _, args = openrlhf.parse(argv[3:])
+    positions = openrlhf.KNOWN_CONFIGS[openrlhf.RUNBOOK[name]["model"]]["max_position_embeddings"]
+    assert args.data.max_len <= positions and args.ckpt.max_num == 3
+    if name == "02":  # RAIF's behaviour cloning: ceil(16 / 8) expert sequences per GPU on top of the PPO step
+        assert plan["terms"]["behaviour_cloning"] > 0
+    if name == "04":  # RTT's discriminator, bf16, on the reference actors' GPUs
+        assert plan["terms"]["discriminator"] > 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(prompts=st.sampled_from([8, 16, 32, 64]), group=st.sampled_from([2, 4, 8, 16]),
+       micro=st.integers(1, 64), new=st.sampled_from([64, 512, 2048, 8192, 30000]),
+       prompt_len=st.sampled_from([128, 1024, 4096]), stage=st.sampled_from([0, 1, 2, 2, 3, 3]),
+       ckpt=st.sampled_from([True, True, False]), budget=st.sampled_from([0, None, None, 4096, 65536]),
+       gib=st.sampled_from([24, 80, 141, 141]), util=st.sampled_from([0.3, 0.5, 0.8]),
+       gpus=st.sampled_from([1, 8, 8]))  # weighted towards plans that fit: about half are accepted
+def test_accepted_plans_fit_their_gpus(prompts, group, micro, new, prompt_len, stage, ckpt, budget, gib, util, gpus):
+    cfg = asdict(load_config(None, prompts_per_step=prompts, group_size=group, micro_batch=micro, max_new_tokens=new))
+    try:
+        argv = _command(cfg, gpus_per_node=gpus, max_prompt_len=prompt_len, zero_stage=stage,
+                        gradient_checkpointing=ckpt, max_tokens_per_gpu=budget, gpu_gib=gib, vllm_gpu_util=util)
+    except ValueError as e:
+        assert re.match(r"(memory|max_new_tokens|prompts_per_step): ", str(e)), e
+        return
+    _, args = openrlhf.parse(argv[3:])
+    rollouts = prompts * group
+    assert rollouts % (gpus * args.train.micro_batch_size) == 0  # DeepSpeed's batch identity
+    assert args.data.max_len == prompt_len + new <= QWEN["max_position_embeddings"]
+    tokens = args.train.max_tokens_per_gpu if args.train.dynamic_batch_enable else \
+        args.train.micro_batch_size * args.data.max_len
+    assert tokens >= args.data.max_len  # one whole sequence fits a micro-batch
+    plan = openrlhf.memory_plan(argv, QWEN, gpu_gib=gib)
+    assert plan["peak_gib"] <= gib
+    # independently of the plan's sum: the fp32 logits of a micro-batch and the ZeRO-partitioned Adam states alone
+    n = openrlhf.n_params(QWEN)
+    states = {0: 16 * n, 1: 4 * n + 12 * n / gpus, 2: 2 * n + 14 * n / gpus, 3: 16 * n / gpus}[stage]
+    assert tokens * QWEN["vocab_size"] * 4 + states <= gib * 2 ** 30
+
+
+def test_the_job_evaluates_its_last_step_and_keeps_k_hf_checkpoints():
+    cfg = dict(CONFIGS[0][1], steps=10, eval_every=4)  # OpenRLHF evaluates at 4 and 8; the plug-in adds 10
+    kw = dict(model="/cluster/policy", prompt_data="/cluster/train.jsonl", n_prompts=4000, chat_template=False,
+              model_config=QWEN)
+    env = openrlhf.job_spec(cfg, "/r", eval_data="/cluster/test.jsonl", keep_checkpoints=2, **kw)["runtime_env"]
+    assert env["env_vars"]["IFCORE_EVAL_LAST"] == "10" and env["env_vars"]["IFCORE_CKPT_KEEP"] == "2"
+    assert env["worker_process_setup_hook"] == openrlhf.PLUGINS_HOOK
+    env = openrlhf.job_spec(dict(cfg, steps=8), "/r", eval_data="/cluster/test.jsonl", **kw)["runtime_env"]
+    assert "IFCORE_EVAL_LAST" not in env["env_vars"]  # 8 is a multiple of 4: OpenRLHF's own evaluation
+    argv = openrlhf.command(cfg, "/r", keep_checkpoints=2, **kw)
+    assert argv[argv.index("--ckpt.max_num") + 1] == "2"
+
+
+def test_the_readme_runbook_is_the_planners_output():
+    # README's GPU runbook shows `ifcore openrlhf-plan --runbook NAME` for each configuration, and each runbook
+    # line's comment the planner's peak: regenerate them (the CLI's output) when the planner changes
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name, r in openrlhf.RUNBOOK.items():
+        text = openrlhf.describe(r["config"], model=r["model"], max_prompt_len=r["max_prompt_len"])
+        assert f"```\n{text}\n```" in readme, name
+        peak = re.search(r"peak\s+([\d.]+) GiB", text).group(1)
+        label = {"smoke": "Smoke run", "02": "Notebook 02", "03": "Notebook 03", "04": "Notebook 04"}[name]
+        assert f"# {label} (8 x 80 GB; planner peak {peak} GiB per GPU" in readme, name
+
+
+def test_the_plan_command_line(capsys):
+    from ifcore.cli import main
+
+    assert main(["openrlhf-plan", "--runbook", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("python3 -m openrlhf.cli.train_ppo_ray") and "(fits)" in out
+    with pytest.raises(SystemExit) as stop:
+        main(["openrlhf-plan", "--runbook", "03", "--no-gradient-checkpointing", "--max-tokens-per-gpu", "0"])
+    assert stop.value.code == 2
+    assert "ifcore openrlhf-plan: error: memory: the plan needs" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["openrlhf-plan", "--config", "{}"])
+    assert "--model: give a hub id or folder, or --runbook" in capsys.readouterr().err

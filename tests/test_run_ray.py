@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -122,7 +123,83 @@ def test_ray_jobs_on_a_loopback_cluster(tmp_path):
     assert orl["rows"] == [{"type": "train", "step": s, "reward_mean": 0.25 * s, "kl": 0.01,
                             "openrlhf/policy_loss": -0.5} for s in (1, 2)]
     assert orl["arms"] == [["cla", 0], ["cla", 0]]
+    # the plug-ins' worker_process_setup_hook in a job whose driver calls ray.init(runtime_env=...) as
+    # train_ppo_ray does (ray issue 61350 on Ray 2.54): the job succeeds and its actors hold the pending patches,
+    # with no OpenRLHF, deepspeed or vllm module imported by the hook
+    hook = seen["hook"]
+    assert hook["hook"] == "ifcore.integrations.openrlhf_plugins.install"
+    assert hook["status"] == "SUCCEEDED", hook["logs"][-3000:]
+    got = json.loads(next(x for x in hook["logs"].splitlines() if x.startswith("PROBE "))[6:])
+    assert got["finder"] and got["beta"] == "0.5" and got["gpu_modules"] == []
+    assert got["patched"] == ["rtt"]  # the experience maker patched when the actor imported it
+    assert got["pending"] == {"openrlhf.trainer.ppo_utils.experience_maker":
+                              ["RemoteExperienceMaker.compute_advantages_and_returns"],
+                              "openrlhf.utils.deepspeed.deepspeed": ["DeepspeedStrategy.save_model"]}
     print("seconds per phase (provisional, a busy machine):", seen["seconds"])
+
+
+HOOK_PROBE = """
+import json, os, sys
+import ray
+# as openrlhf 0.11.2's cli/train_ppo_ray.py train() starts: its own runtime_env, inside a job that has the hook
+ray.init(runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN",
+                                   "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}})
+
+@ray.remote(num_cpus=0)
+class Probe:
+    def report(self):
+        from ifcore.integrations import openrlhf_plugins as p
+        seen = {"finder": p._FINDER in sys.meta_path,
+                "pending": {m: sorted(f"{c}.{n}" for c, n, *_ in v) for m, v in p._FINDER.pending.items()},
+                "gpu_modules": [m for m in sys.modules if m.split(".")[0] in ("deepspeed", "vllm", "openrlhf")],
+                "beta": os.environ.get("IFCORE_RTT_BETA"), "ray": ray.__version__}
+        # then OpenRLHF imports its experience maker (the wheel's file, GPU-only imports stubbed): patched
+        sys.path.insert(0, "tests")  # the job's working_dir is the repository
+        from test_openrlhf_plugins import stub_openrlhf
+        modules = dict(sys.modules)  # the stubs (a stand-in ray among them) leave with the import
+        try:
+            stub_openrlhf(os.environ["WHEEL_DIR"], lambda d, k, v: d.__setitem__(k, v))
+            from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
+            seen["patched"] = list(RemoteExperienceMaker.compute_advantages_and_returns._ifcore)
+        finally:
+            for name in set(sys.modules) - set(modules):
+                del sys.modules[name]
+            sys.modules.update(modules)
+        return seen
+
+print("PROBE", json.dumps(ray.get(Probe.remote().report.remote())))
+"""
+
+
+def hook_probe(address: str, work: Path) -> dict:
+    """Ray 2.54's driver asserted in ray.init(runtime_env=...) when its job carried worker_process_setup_hook (ray
+    issue 61350, fixed by PR 61473, in 2.55.0: the wheel's pin); OpenRLHF's driver always calls it. A job with the
+    plug-ins' runtime_env whose driver does the same, and an actor that says which patches wait for OpenRLHF."""
+    from dataclasses import asdict
+
+    from ifcore.run import openrlhf
+    from ifcore.train.grpo import load_config
+
+    cfg = asdict(load_config(None, token_advantages="uniform", rtt_beta=0.5))
+    spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model=str(REPO / "tests" / "data" / "tiny_chat_llama"),
+                             prompt_data="/cluster/train.jsonl", n_prompts=4000, max_prompt_len=100)
+    import zipfile
+
+    (wheel,) = (REPO / ".cache" / "openrlhf-0.11.2").glob("openrlhf-0.11.2-*.whl")
+    with zipfile.ZipFile(wheel) as z:  # the wheel's Python files, as tests/test_openrlhf_plugins.py unpacks them
+        for name in z.namelist():
+            if "/openrlhf/" in name and name.endswith(".py"):
+                target = work / "wheel" / name[name.index("openrlhf/"):]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(name))
+    spec["runtime_env"]["env_vars"]["WHEEL_DIR"] = str(work / "wheel" / "openrlhf")
+    job = ray_jobs.submit(address, shlex.join(["python", "-c", HOOK_PROBE]), spec["runtime_env"])
+    try:
+        status = ray_jobs.wait(address, job, timeout=300, poll=0.5)["status"]
+    except RuntimeError as e:
+        status = str(e)
+    return {"hook": spec["runtime_env"].get("worker_process_setup_hook"), "status": status,
+            "logs": ray_jobs.logs(address, job)}
 
 
 def scenario(work: Path, report: Path) -> None:
@@ -236,6 +313,8 @@ def scenario(work: Path, report: Path) -> None:
                arms=load_metrics(runs["path"])[["arm", "seed"]].values.tolist())
     seen["openrlhf"] = orl
     lap("openrlhf")
+    seen["hook"] = hook_probe(address, work)  # 5. the plug-ins' hook under a driver that calls ray.init as OpenRLHF's
+    lap("plug-ins hook")
     report.write_text(json.dumps(seen))
 
 

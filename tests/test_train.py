@@ -414,3 +414,26 @@ def test_default_assets_are_built_once_and_cached(tmp_path, monkeypatch):
     built = (entry / "spec.json").stat().st_mtime_ns
     assert default_assets(WarmStartConfig(**TINY_MODEL), progress=False)["model"] == paths["model"]
     assert (entry / "spec.json").stat().st_mtime_ns == built  # cached: nothing rebuilt
+
+
+def test_an_interrupted_warm_start_leaves_nothing_and_a_killed_builders_folder_is_cleared(tmp_path, monkeypatch,
+                                                                                           capsys):
+    from ifcore.train import sft
+    from helpers import run_cli
+
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path))
+    dead = tmp_path / ".building-0123456789ab-999999999"  # no such pid: its builder was SIGKILLed
+    dead.mkdir()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sft, "warm_start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        default_assets(WarmStartConfig(**TINY_MODEL), progress=False)
+    assert list(tmp_path.iterdir()) == []
+    # Through the CLI: one line, no traceback, the exit status of an interrupt.
+    status, out, err = run_cli(capsys, "train", "--warm-start", json.dumps(TINY_MODEL), "--output-dir",
+                               tmp_path / "run")
+    assert status == 130 and err[-1] == "ifcore train: interrupted" and "Traceback" not in "\n".join(err)
+    assert not list(tmp_path.glob(".building-*"))

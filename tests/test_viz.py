@@ -258,3 +258,37 @@ def test_keep_table_pools_counts_into_wilson_intervals_inside_0_1():
     assert list(got["steps"]) == ["first third", "last third"] and (got["sampled"] == 16).all()
     p, lo, hi, _ = stats.wilson(16, 16)
     assert got["95% Wilson"].iloc[0] == f"[{lo:.3f}, {hi:.3f}]" and hi <= 1.0 and got["CoT all alike"].iloc[0] == 0.25
+
+
+def test_seed_table_has_no_empty_rows_for_an_arm_run_on_fewer_seeds():
+    end = viz.by_seed(viz.last_eval(sweep()), "eval_csr", ARMS)
+    fewer = viz.by_seed(viz.last_eval(sweep(seeds=(0,))), "eval_csr", ARMS)
+    table = viz.seed_table({"CSR end": end.assign(**{ARMS[1]: fewer[ARMS[1]]})})
+    assert list(table.index) == [("RL-ILA", 0), ("RL-ILA", 1), ("RL-ILA", 2), ("ScopeIF wo HRA", 0)]
+
+
+def test_final_bars_mark_each_arms_start_so_that_gains_can_be_read():
+    import matplotlib.pyplot as plt
+
+    df = sweep()
+    fig, ax = plt.subplots()
+    viz.final_bars(ax, df, ["eval_csr"], arms=ARMS, start_step=0)
+    marks = [c for c in ax.collections if c.get_label() == "step 0"]
+    assert len(marks) == 1 and "dash: mean at step 0" in ax.get_legend().get_title().get_text()
+    assert list(marks[0].get_offsets()[:, 1]) == pytest.approx([0.55])  # every arm starts at 0.55 in this sweep
+
+
+def test_mode_scores_draw_bootstrap_intervals_over_prompts():
+    import matplotlib.pyplot as plt
+
+    from ifcore.bench import cot_study as cs
+
+    prompts = pd.DataFrame([{"benchmark": "scopeif", "view": v, "mode": m, "CSR": x, "ISR": float(x == 1), "n": 1}
+                            for v in cs.VIEWS for m in ("io", "cot") for x in (0.0, 0.5, 1.0, 1.0)])
+    scores = cs.headline(prompts, level=0.9, resamples=500)
+    row = scores[(scores["metric"] == "CSR") & (scores["mode"] == cs.MODE_LABELS["io"])].iloc[0]
+    assert row["score"] == pytest.approx(62.5) and row["lo"] < 62.5 < row["hi"] <= 100
+    fig, axes = plt.subplots(1, 1, squeeze=False)
+    viz.mode_scores(axes[0], scores, ["scopeif"])
+    assert axes[0][0].containers and any(len(c.lines) > 1 and c.lines[1] for c in axes[0][0].containers
+                                         if hasattr(c, "lines"))

@@ -39,3 +39,27 @@ def test_the_core_imports_neither_torch_nor_the_trainer():
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_quick_start_commands_are_ones_the_cli_accepts(tmp_path, monkeypatch, capsys):
+    """Every `ifcore` line of the README's quick start parses (the first verify runs for real, on its own input)."""
+    import shlex
+
+    from ifcore import cli
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = block.replace("\\\n", " ").splitlines()
+    jsonl = block.split("<<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
+    commands = [shlex.split(line.split("  #")[0]) for line in lines if line.startswith("ifcore ")]
+    assert [c[1] for c in commands] == ["verify", "eval", "train", "runs", "compare"]
+    (tmp_path / "runs" / "quickstart").mkdir(parents=True)
+    (tmp_path / "runs" / "quickstart" / "bullets.jsonl").write_text(jsonl + "\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(commands[0][1:]) == 0
+    assert '"satisfied": false' in capsys.readouterr().out
+    parsed = []
+    monkeypatch.setattr(cli, "_run", lambda args: parsed.append(args.command) or 0)
+    for argv in commands[1:]:
+        assert cli.main(argv[1:]) == 0, argv
+    assert parsed == ["eval", "train", "runs", "compare"]

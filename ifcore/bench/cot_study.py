@@ -324,20 +324,24 @@ def run_study(model, benchmarks=BENCHMARKS, subset: int | None = None, subset_se
 # ---------------------------------------------------------------------------------------------------------
 # Analyses: each returns a DataFrame the notebook shows and a figure draws.
 
-def headline(prompts):
+def headline(prompts, level: float = 0.95, resamples: int = 2000):
     """Each metric per benchmark, view and mode, in %, aggregated from the per-prompt shares as the benchmark's own
-    summary does: one row per (benchmark, metric, view, mode), with the prompts behind it."""
+    summary does: one row per (benchmark, metric, view, mode), with the prompts behind it and a percentile bootstrap
+    interval over prompts at `level` (stats.paired_bootstrap against 0, the prompts' weights kept: I-S and I-L pool
+    instructions)."""
     import numpy as np
     import pandas as pd
+
+    from ifcore import stats
 
     rows = []
     for (b, view, mode), g in prompts.groupby(["benchmark", "view", "mode"], sort=False):
         for m in METRICS[b]:
             x = g[m].to_numpy(float)
             w = g["n"].to_numpy(float) if m in WEIGHTED else np.ones(len(x))
-            keep = np.isfinite(x) & (w > 0)
+            mean, lo, hi, _ = stats.paired_bootstrap(x, np.zeros(len(x)), w, level, resamples)
             rows.append({"benchmark": b, "metric": m, "view": view, "mode": MODE_LABELS[mode], "prompts": len(g),
-                         "score": 100 * float(w[keep] @ x[keep] / w[keep].sum()) if keep.any() else math.nan})
+                         "score": 100 * mean, "lo": 100 * lo, "hi": 100 * hi})
     return pd.DataFrame(rows)
 
 

@@ -22,7 +22,6 @@ import operator
 import random
 import re
 import string
-import sys
 from pathlib import Path
 
 from ifcore.jsonl import JsonlError, iter_jsonl, read_jsonl
@@ -649,34 +648,32 @@ def read_responses(path: str | Path, on_duplicate: str = "error") -> dict[str, s
 PAPER_LETTER_SEED = 3
 
 
-def run_benchmark(name: str, prompts_path: Path, registry: dict, responses_path: Path, output_dir: Path, out=None,
-                  letter_seed: int | None = PAPER_LETTER_SEED, on_duplicate: str = "error") -> dict:
+def run_benchmark(name: str, prompts_path: Path, registry: dict, responses_path: Path, output_dir: Path,
+                  letter_seed: int | None = PAPER_LETTER_SEED, on_duplicate: str = "error",
+                  allow_missing: bool = False) -> dict:
     """`ifcore eval ifeval|ifbench`: score a JSONL of {prompt, response} against the benchmark's shipped prompts
     (prompts_path, its checker registry: IFEVAL here, ifbench.IFBENCH), write eval_results_strict.jsonl,
-    eval_results_loose.jsonl and summary.json to `output_dir` and print the summary. `letter_seed` (IFEval only):
-    see legacy_letter_draws; None reads a non-letter `letter` literally. `on_duplicate`: see read_responses."""
-    out = out or sys.stdout
+    eval_results_loose.jsonl and summary.json to `output_dir`, and return the summary. A prompt without a response
+    is scored as an empty response (failed, as a run that answered nothing), unless `allow_missing`: then only the
+    prompts that have a response are scored (a subset, as `ifcore eval --model --limit` writes). `letter_seed`
+    (IFEval only): see legacy_letter_draws; None reads a non-letter `letter` literally. `on_duplicate`: see
+    read_responses."""
     rows = read_jsonl(prompts_path, ("prompt", "instruction_id_list", "kwargs"))
     responses = read_responses(responses_path, on_duplicate)
     known = {r["prompt"] for r in rows} | {r["prompt"].strip() for r in rows}
     unmatched = sum(1 for p in responses if p not in known and p.strip() not in known)
     lookup = response_lookup(responses)
-    missing = sum(1 for r in rows if _response(lookup, r["prompt"]) is None)
+    answered = {r["prompt"] for r in rows if _response(lookup, r["prompt"]) is not None}
     letter_seed = letter_seed if name == "ifeval" else None
-    results = evaluate(rows, responses, registry, letter_seed=letter_seed)
+    results = evaluate(rows, responses, registry, letter_seed=letter_seed)  # legacy draws follow the whole benchmark
+    if allow_missing:
+        results = {mode: [x for x in records if x["prompt"] in answered] for mode, records in results.items()}
     summary = {"benchmark": name, "responses": str(responses_path), "letter_seed": letter_seed,
-               "missing_responses": missing,
+               "missing_responses": len(rows) - len(answered), "missing_scored_as": None if allow_missing else "failed",
                "unmatched_responses": unmatched, **summarize(results)}
     output_dir.mkdir(parents=True, exist_ok=True)
     for mode in ("strict", "loose"):
         with open(output_dir / f"eval_results_{mode}.jsonl", "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r) + "\n" for r in results[mode])
     (output_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    s, lo = summary["strict"], summary["loose"]
-    print(f"{name}: {s['prompts']} prompts, {s['instructions']} instructions; {missing} prompts without a "
-          f"response, {unmatched} responses matching no prompt", file=out)
-    print(f"{'P-S':>8}{'I-S':>8}{'P-L':>8}{'I-L':>8}", file=out)
-    print("".join(f"{100 * v:8.2f}" for v in (s["prompt_level"], s["instruction_level"], lo["prompt_level"],
-                                             lo["instruction_level"])), file=out)
-    print(f"written: {output_dir}/eval_results_strict.jsonl, eval_results_loose.jsonl, summary.json", file=out)
     return summary

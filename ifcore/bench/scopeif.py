@@ -178,7 +178,7 @@ def evaluate(responses_path: str | Path, output_dir: str | Path, test_path=None,
     verdicts = judge_all([(inst, response) for _, inst, response in chosen.values()], formalized, judge)
     rows = [{"id": inst["id"], "response": response, "verdicts": vs}
             for (_, inst, response), vs in zip(chosen.values(), verdicts)]
-    summary = metrics(picked, verdicts)
+    summary = {**metrics(picked, verdicts), "missing_responses": len(instances) - len(chosen)}
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "verdicts.jsonl", "w", encoding="utf-8") as f:

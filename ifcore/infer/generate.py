@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ifcore.infer.registry import cache_dir, model_id, resolve
 from ifcore.jsonl import JsonlError, iter_jsonl, read_jsonl
+from ifcore.progress import bar as progress_bar
 
 
 @dataclass
@@ -133,10 +134,9 @@ def generate(model, inputs: list, params: GenParams | None = None, *, cache: boo
     """Completions for `inputs` (prompts or chats), in order. `model`: a registry name or path, a `Local` or an
     `Endpoint`. Cached completions are reused; the rest are generated shortest first and cached batch by batch.
     `with_tokens`: (text, generated tokens) pairs (a count of max_new_tokens: the completion was cut there)."""
-    from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
 
     backend = Local(model) if isinstance(model, (str, os.PathLike)) else model
-    with tqdm(total=len(inputs), disable=not progress, desc=f"generate {backend.model_id}") as bar:
+    with progress_bar(desc=f"generate {backend.model_id}", total=len(inputs), enabled=progress) as bar:
         results = _generate(backend, inputs, params or GenParams(), cache, bar)
     return results if with_tokens else [text for text, _ in results]
 
@@ -145,7 +145,6 @@ def generate_jsonl(model, input_path, output_path, params: GenParams | None = No
                    progress: bool = True, chunk: int = 256) -> int:
     """Rows {prompt} or {messages} in, the same rows with `response` added out, written chunk by chunk in input
     order (a killed run leaves whole rows; the rerun takes the finished ones from the cache). Returns the count."""
-    from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
 
     rows = read_jsonl(input_path)
     inputs = []
@@ -161,7 +160,7 @@ def generate_jsonl(model, input_path, output_path, params: GenParams | None = No
     params = params or GenParams()
     Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     with open(output_path, "w", encoding="utf-8") as out, \
-            tqdm(total=len(rows), disable=not progress, desc=f"generate {backend.model_id}") as bar:
+            progress_bar(desc=f"generate {backend.model_id}", total=len(rows), enabled=progress) as bar:
         for start in range(0, len(rows), chunk):
             responses = _generate(backend, inputs[start:start + chunk], params, cache, bar)
             out.writelines(json.dumps({**row, "response": r}, ensure_ascii=False) + "\n"

@@ -24,8 +24,10 @@ a sys.meta_path finder patches each class when OpenRLHF itself imports its modul
   (p ~ U[0, 1] from a generator seeded by IFCORE_RTT_SEED, default 0: RTT's random ablation) or "module:function",
   a callable(criteria texts, response token ids) -> one array of p per response token (the signature of
   ifcore.train.rtt.Discriminator.relevance; ifcore.train.rtt:saved_relevance loads the discriminator saved at
-  IFCORE_RTT_DISCRIMINATOR), run in the trainer actor (a CPU process in 0.11.2: a large discriminator is slow
-  there). Why not from the reward function: OpenRLHF keeps one float per `extra_logs` key and sample
+  IFCORE_RTT_DISCRIMINATOR, bf16 on a GPU), run where there is a GPU: OpenRLHF's trainer actor, where the
+  advantages are computed, has none, so a "module:function" relevance is called by name in the reference model's
+  actors (the policy's without a reference model) through Ray's `__ray_call__`, once per step over all (criteria,
+  response) pairs split between them; its cost is logged per step as rtt_seconds and rtt_tokens. Why not from the reward function: OpenRLHF keeps one float per `extra_logs` key and sample
   (samples_generator: `value.flatten()[0].item()`), so token spans cannot pass through it; the verdicts are
   recomputed here from the decoded response and its label.
 - IFCORE_RAIF_NOTHINK=k (>= 1): RAIF's superior-CoT enforcement. SamplesGenerator.generate_samples (training
@@ -43,11 +45,17 @@ a sys.meta_path finder patches each class when OpenRLHF itself imports its modul
   prompt loader could not fill ends the episode untrained, and IFCORE_RAIF_STEPS=S ends the run after S global
   steps (refills draw prompts beyond S x batch, so the builder gives the run more). The reward function (IFCORE_THINK=raif) judges a no-think rollout's answer;
   IFCORE_RAIF_NOTHINK_ACCURACY=authors gives it -2 as the authors' code does.
+- IFCORE_EVAL_LAST=S: BasePPOTrainer.train_step also evaluates after global step S (the run's last) when S is not a
+  multiple of --eval.steps. IFCORE_CKPT_KEEP=K: DeepspeedStrategy.save_model keeps the newest K HF checkpoints
+  (global_step<N>_hf) of --ckpt.save_hf (--ckpt.max_num prunes only DeepSpeed's).
 - IFCORE_BC_COEF=c (> 0) with IFCORE_BC_DATA=JSONL of {prompt, response}: RAIF eq. 8's behaviour cloning. 0.11
-  removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward, the NLL
-  being the token mean over IFCORE_BC_BATCH (default 4) expert responses per micro-batch, scored by the policy's own
-  forward; `prompt` is the model's input text as is (chat template applied), `response` the target text (with its
-  end-of-turn text). Logged as bc_loss.
+  removed the ptx loss, so ActorPPOTrainer.training_step hands `loss + c x NLL` to the strategy's backward at the
+  first micro-batch of each optimizer step, the NLL being the token mean over the step's IFCORE_BC_BATCH (default 4)
+  expert pairs: one draw per training step (ActorPPOTrainer.ppo_train, seeded by --train.seed and the step, the same
+  pairs in every PPO epoch as the embedded trainer), split over the data-parallel ranks (ceil(batch / dp) each),
+  the responses cut to --rollout.max_new_tokens and the sequences to --data.max_len, scored by the policy's own
+  forward at temperature 1; `prompt` is the model's input text as is (chat template applied), `response` the
+  target text (with its end-of-turn text). Logged as bc_loss.
 """
 from __future__ import annotations
 
@@ -56,6 +64,7 @@ import json
 import math
 import os
 import sys
+import time
 from functools import wraps
 
 import numpy as np
@@ -98,6 +107,7 @@ EXPERIENCE_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 SAMPLES_GENERATOR = "openrlhf.trainer.ppo_utils.samples_generator"
 PPO_ACTOR = "openrlhf.trainer.ray.ppo_actor"
 PPO_TRAINER = "openrlhf.trainer.ppo_trainer"
+DEEPSPEED = "openrlhf.utils.deepspeed.deepspeed"
 
 
 class _PatchOnImport:
@@ -150,10 +160,13 @@ def install() -> list[str]:
         if labels not in LABELS:
             raise ValueError(f"IFCORE_RTT_LABELS must be one of {', '.join(LABELS)}, got {labels!r}")
 
+        hosted = spec if ":" in spec else None  # a model-bound relevance: run on the GPU actors
+
         def rtt(original):
-            relevance_fn = _relevance_fn(spec)
+            # hosted: the trainer actor sends the function's name to the GPU actors and loads nothing itself
+            relevance_fn = None if hosted else _relevance_fn(spec)
             return lambda self, experiences: add_rtt(self, original(self, experiences), beta, relevance_fn, mode,
-                                                     labels)
+                                                     labels, hosted)
 
         patches.append((EXPERIENCE_MAKER, "RemoteExperienceMaker", "compute_advantages_and_returns", rtt, "rtt"))
     nothink = os.environ.get("IFCORE_RAIF_NOTHINK")
@@ -189,8 +202,22 @@ def install() -> list[str]:
         if not batch.isdigit() or int(batch) < 1:
             raise ValueError(f"IFCORE_BC_BATCH must be a positive integer, got {batch!r}")
         experts = read_experts(path)
-        patches.append((PPO_ACTOR, "ActorPPOTrainer", "training_step",
-                        lambda original: _bc_training_step(original, coef, experts, int(batch)), "bc"))
+        patches += [(PPO_ACTOR, "ActorPPOTrainer", "ppo_train",
+                     lambda original: _bc_ppo_train(original, experts, int(batch)), "bc"),
+                    (PPO_ACTOR, "ActorPPOTrainer", "training_step",
+                     lambda original: _bc_training_step(original, coef), "bc")]
+    last = os.environ.get("IFCORE_EVAL_LAST")
+    if last:
+        if not last.isdigit() or int(last) < 1:
+            raise ValueError(f"IFCORE_EVAL_LAST must be the run's last global step, got {last!r}")
+        patches.append((PPO_TRAINER, "BasePPOTrainer", "train_step",
+                        lambda original: _eval_last(original, int(last)), "eval"))
+    keep = os.environ.get("IFCORE_CKPT_KEEP")
+    if keep:
+        if not keep.isdigit() or int(keep) < 1:
+            raise ValueError(f"IFCORE_CKPT_KEEP must be a positive number of HF checkpoints, got {keep!r}")
+        patches.append((DEEPSPEED, "DeepspeedStrategy", "save_model",
+                        lambda original: _prune_hf(original, int(keep)), "ckpt"))
     _FINDER.pending = {}  # this call's features only (a test's install after another's)
     for module, cls, method, make, tag in patches:
         if module in sys.modules:
@@ -222,14 +249,15 @@ def _relevance_fn(spec: str, load: bool = True):
 
 
 def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_fn=None, where: str = "sample",
-                       labels: str = "paper"):
+                       labels: str = "paper", probs=None):
     """(scored, p, satisfied) of one response: the indices into `ids` of its answer tokens (after the last
     </think>, before the first special token: the tokens ifcore.train.rtt.answer_tokens scores), p [len(scored), C]
     and the verifier's verdicts, over the label's C schema constraints (judged ones are left out; a label of judged
     constraints only gets no scored token). p is the verifier's relevance (RTT app. C.3 by `labels`, "paper" or "scoped"
     as ifcore.rtt_labels defines them: evidence spans mapped to tokens by the tokenizer's offsets), or
     relevance_fn's. A response whose text does not re-tokenize to `ids` gets no scored token (A_tok = 0:
-    OpenRLHF's advantage alone)."""
+    OpenRLHF's advantage alone). probs: relevance_fn's arrays for this response (one per schema constraint),
+    computed beforehand (add_rtt batches them over the step)."""
     # Judged constraints (X15) have no columns: the reward function's judge verdict cannot reach this actor
     # (one float per extra_logs key), and score_response without a judge would count them violated (Score -1).
     constraints = [c for c in load_constraints(label, f"label of {where}") if not c.judge]
@@ -248,8 +276,9 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
     close = text.rfind(THINK_CLOSE)
     start = close + len(THINK_CLOSE) if close >= 0 else 0
     scored = [t for t, (a, _) in enumerate(offsets) if a >= start]
-    if relevance_fn is not None:
+    if probs is None and relevance_fn is not None:
         probs = relevance_fn([criteria_text(c) for c in constraints], [list(ids)] * len(constraints))
+    if probs is not None:
         p = np.stack([np.asarray(x, dtype=float)[scored] for x in probs], axis=1)
     else:
         cols = []
@@ -262,12 +291,48 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
     return scored, p.reshape(len(scored), len(constraints)), result["satisfied"]
 
 
+def _hosted_relevance(actor, spec: str, criteria: list[str], responses: list[list[int]]) -> list[np.ndarray]:
+    """Run in a GPU actor of OpenRLHF's (Ray's `__ray_call__` passes the actor first): the relevance function
+    `spec` ("module:function", e.g. ifcore.train.rtt:saved_relevance, which loads its discriminator once per
+    process, bf16 on the actor's GPU) over one chunk of the step's (criteria, response) pairs."""
+    if spec not in _HOSTED:
+        _HOSTED[spec] = _relevance_fn(spec)
+    return [np.asarray(x, dtype=np.float32) for x in _HOSTED[spec](criteria, responses)]
+
+
+_HOSTED = {}  # spec -> the relevance function loaded in this (GPU actor's) process
+
+
+def _relevance_batch(maker, relevance_fn, hosted: str | None, criteria: list[str], responses: list[list[int]]):
+    """relevance_fn over all the step's pairs at once; with `hosted` (its "module:function"), in the reference
+    model's actors (else the policy's): OpenRLHF's trainer actor, where add_rtt runs, has no GPU. The pairs are
+    split in contiguous chunks, one per actor, each run by _hosted_relevance."""
+    group = getattr(maker, "initial_model_group", None) or getattr(maker, "actor_model_group", None)
+    hosts = getattr(group, "_actor_handlers", None) or []
+    if not criteria:
+        return []
+    if not hosted:
+        return relevance_fn(criteria, responses)
+    if not hosts:  # no actor to host it (a test's maker): loaded here
+        return _hosted_relevance(None, hosted, criteria, responses)
+    import ray
+
+    size = -(-len(criteria) // len(hosts))
+    refs = [h.__ray_call__.remote(_hosted_relevance, hosted, criteria[k:k + size], responses[k:k + size])
+            for h, k in zip(hosts, range(0, len(criteria), size))]
+    return [p for chunk in ray.get(refs) for p in chunk]
+
+
 @torch.no_grad()
-def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "intra", labels: str = "paper"):
+def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "intra", labels: str = "paper",
+            hosted: str | None = None):
     """RTT-GRPO (eq. 7) on OpenRLHF's experiences: advantages (alpha = 1: OpenRLHF's group_norm advantage on every
     action token) + beta x A_tok on each response's scored answer tokens, A_tok from
     ifcore.advantages.token_rtt_groups (the embedded trainer's function; `mode` intra or inter) over each prompt's
-    group (the samples whose `index` // n_samples_per_prompt agree, OpenRLHF's grouping)."""
+    group (the samples whose `index` // n_samples_per_prompt agree, OpenRLHF's grouping). relevance_fn runs once
+    over the step's (criteria, response) pairs; `hosted` (its "module:function" name) runs it on the GPU actors
+    (_relevance_batch). Logged per step: rtt_seconds (the relevance's wall time, verifier included) and rtt_tokens
+    (response tokens scored, one pass per constraint)."""
     args = maker.strategy.args
     if args.algo.advantage.estimator != "group_norm":
         raise ValueError(f"IFCORE_RTT_BETA: RTT adds token advantages to group_norm's, but "
@@ -277,14 +342,29 @@ def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "int
     rows = {i: (e, j) for e in experiences for j, i in enumerate(e.index)}
     groups = len(rows) // n
     members = [rows[i] for i in range(groups * n)]  # group order: sample g*n + k is rollout k of prompt g
-    got = []
+    start = time.perf_counter()
+    inputs = []
     for e, j in members:
         mask = e.action_mask[j].bool()
-        positions = torch.nonzero(mask).flatten()
         ids = e.sequences[j, 1:1 + mask.shape[0]][mask].tolist()  # action_mask[t] marks sequences[t + 1]
-        scored, p, sat = response_relevance(maker.tokenizer, ids, e.labels[j], opts, relevance_fn,
-                                            f"sample {len(got)}", labels)
+        criteria = [criteria_text(c) for c in load_constraints(e.labels[j], f"label of sample {len(inputs)}")
+                    if not c.judge]  # response_relevance's columns
+        inputs.append((torch.nonzero(mask).flatten(), ids, criteria))
+    probs = None
+    if relevance_fn is not None or hosted:
+        flat = _relevance_batch(maker, relevance_fn, hosted, [c for _, _, cs in inputs for c in cs],
+                                [ids for _, ids, cs in inputs for _ in cs])
+        bounds = np.cumsum([0] + [len(cs) for _, _, cs in inputs])
+        probs = [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    got = []
+    for k, ((e, j), (positions, ids, criteria)) in enumerate(zip(members, inputs)):
+        scored, p, sat = response_relevance(maker.tokenizer, ids, e.labels[j], opts, None, f"sample {k}",
+                                            labels, probs=None if probs is None else probs[k])
         got.append((positions[scored], p, sat))
+    seconds, tokens = time.perf_counter() - start, sum(len(ids) * len(cs) for _, ids, cs in inputs)
+    for e in experiences:
+        e.info["rtt_seconds"] = torch.full((len(e.index),), seconds)
+        e.info["rtt_tokens"] = torch.full((len(e.index),), float(tokens))
     for g in range(groups):
         if len({len(sat) for _, _, sat in got[g * n:(g + 1) * n]}) > 1:
             raise ValueError(f"IFCORE_RTT_BETA: the samples of group {g} have labels with different constraint "
@@ -342,9 +422,14 @@ def superior_cot_group(think: list[dict], nothink: list[dict], test: str = "grou
         count = [round(float(x.get("cla", 0.0)) * float(x.get("constraints", 0.0))) for x in logs]
         sample_ok = reference_superior(np.array([count]), np.array([judged]), _reference_count(out[0].get("label")))
     keep, train = superior_cot_mask(acc, flags, sample_ok, group="group" in test)
+    n, k = len(out), len(nothink)
     for r, nt, tr in zip(out, flags[0], train[0]):
+        reward = 0.0 if r.get("reward") is None else float(np.asarray(r["reward"], dtype=float).reshape(-1)[0])
+        # scaled so that their mean over the step's samples (OpenRLHF logs that) is the embedded trainer's
+        # cot_reward_mean / nothink_reward_mean: every group has n - k CoT and k no-think rollouts
         r["extra_logs"] = {**(r.get("extra_logs") or {}), "raif_nothink": float(nt), "raif_keep": float(keep[0]),
-                           "raif_train": float(tr)}
+                           "raif_train": float(tr), "cot_reward_mean": 0.0 if nt else reward * n / (n - k),
+                           "nothink_reward_mean": reward * n / k if nt else 0.0}
     return out
 
 
@@ -441,6 +526,43 @@ def _count_steps(original):
     return train_step
 
 
+# ---- the run's end: evaluation at the last step, HF checkpoints kept ------------------------------------------------
+
+def _eval_last(original, last: int):
+    """BasePPOTrainer.train_step that also evaluates after global step `last` when it is not a multiple of
+    --eval.steps (OpenRLHF evaluates at the multiples only; the embedded trainer also after its last step), as
+    PPOTrainer.fit evaluates."""
+    def train_step(self, rollout_samples, global_step):
+        status, global_step = original(self, rollout_samples, global_step)
+        if global_step == last and global_step % self.args.eval.steps and getattr(self, "eval_dataloader", None):
+            self.evaluate(global_step, **{**self.generate_kwargs, "temperature": self.args.eval.temperature,
+                                          "n_samples_per_prompt": self.args.eval.n_samples_per_prompt})
+        return status, global_step
+
+    return train_step
+
+
+def _prune_hf(original, keep: int):
+    """DeepspeedStrategy.save_model that, after saving a step's HF checkpoint (CKPT/global_step<N>_hf, written by
+    --ckpt.save_hf every --ckpt.save_steps), removes all but the newest `keep` of them on rank 0: --ckpt.max_num
+    prunes DeepSpeed's own checkpoints (CKPT/_actor) only. The best checkpoint (best_global_step<N>_hf) and the
+    final model (--ckpt.output_dir) are never touched."""
+    import re
+    import shutil
+
+    def save_model(self, model, tokenizer, output_dir, **kwargs):
+        result = original(self, model, tokenizer, output_dir, **kwargs)
+        folder = os.path.dirname(os.path.abspath(output_dir))
+        if re.fullmatch(r"global_step\d+_hf", os.path.basename(os.path.normpath(output_dir))) and self.is_rank_0():
+            steps = sorted((int(m.group(1)), name) for name in os.listdir(folder)
+                           if (m := re.fullmatch(r"global_step(\d+)_hf", name)))
+            for _, name in steps[:-keep]:
+                shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        return result
+
+    return save_model
+
+
 # ---- RAIF: behaviour cloning (eq. 8) -------------------------------------------------------------------------------
 
 def read_experts(path: str) -> list[dict]:
@@ -456,14 +578,18 @@ def read_experts(path: str) -> list[dict]:
     return rows
 
 
-def expert_batch(tokenizer, pairs: list[dict]):
+def expert_batch(tokenizer, pairs: list[dict], max_new_tokens: int | None = None, max_len: int | None = None):
     """(sequences, attention_mask, action_mask) in OpenRLHF's layout: prompt + response ids right-padded, and
-    action_mask[t] marking sequences[t + 1] as a response token (the expert's tokens are the targets)."""
+    action_mask[t] marking sequences[t + 1] as a response token (the expert's tokens are the targets). The response
+    is cut to max_new_tokens (a rollout's limit) and the prompt from the left to fit max_len (--data.max_len), as
+    OpenRLHF cuts a rollout's."""
     rows = []
     for pair in pairs:
-        p = tokenizer(pair["prompt"], add_special_tokens=False)["input_ids"]
-        r = tokenizer(pair["response"], add_special_tokens=False)["input_ids"]
-        rows.append((list(p) + list(r), len(p)))
+        p = list(tokenizer(pair["prompt"], add_special_tokens=False)["input_ids"])
+        r = list(tokenizer(pair["response"], add_special_tokens=False)["input_ids"])[:max_new_tokens]
+        if max_len is not None:
+            p = p[max(0, len(p) - max(max_len - len(r), 1)):]
+        rows.append((p + r, len(p)))
     width = max(len(ids) for ids, _ in rows)
     seqs = torch.full((len(rows), width), tokenizer.pad_token_id or 0, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
@@ -475,29 +601,69 @@ def expert_batch(tokenizer, pairs: list[dict]):
     return seqs, attention, action
 
 
-def _bc_training_step(original, coef: float, experts: list[dict], batch: int):
+def _bc_ppo_train(original, experts: list[dict], batch: int):
+    """ActorPPOTrainer.ppo_train (once per training step, all its epochs) that draws the step's expert pairs first:
+    ceil(batch / dp) x dp of them from (--train.seed, step), the same draw on every rank, each data-parallel rank
+    taking its own share (ranks of one ring-attention or tensor-parallel group the same share). Every rank gets as
+    many pairs, so ZeRO-3's gathers stay in step."""
+    def ppo_train(self, *args, **kwargs):
+        import torch.distributed as dist
+
+        group = self.args.ds.ring_attn_size * self.args.ds.tensor_parallel_size
+        rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() \
+            else (0, 1)
+        dp, dp_rank = max(world // group, 1), rank // group
+        share = -(-batch // dp)
+        self._ifcore_bc_step = getattr(self, "_ifcore_bc_step", 0) + 1
+        draw = np.random.default_rng([self.args.train.seed, self._ifcore_bc_step]).choice(
+            len(experts), share * dp, replace=share * dp > len(experts))
+        batch_all = expert_batch(self.tokenizer, [experts[k] for k in draw], self.args.rollout.max_new_tokens,
+                                 self.args.data.max_len)
+        mine = slice(dp_rank * share, (dp_rank + 1) * share)
+        # the whole draw's target tokens: each rank's NLL sum over it, x dp (DeepSpeed averages the ranks' gradients)
+        self._ifcore_bc = ([t[mine] for t in batch_all], int(batch_all[2].sum()), dp)
+        return original(self, *args, **kwargs)
+
+    return ppo_train
+
+
+def _bc_training_step(original, coef: float):
     def training_step(self, experience, kl_ctl, step, loss_batch_info=None):
-        # A draw per micro-batch from (--train.seed, call number): the same experts on a rerun, and on every rank.
-        self._ifcore_bc_calls = getattr(self, "_ifcore_bc_calls", 0) + 1
-        seed = self.args.train.seed
-        pick = np.random.default_rng([seed, self._ifcore_bc_calls]).choice(len(experts), min(batch, len(experts)),
-                                                                           replace=False)
-        device = experience.sequences.device
-        seqs, attention, action = (t.to(device) for t in expert_batch(self.tokenizer, [experts[k] for k in pick]))
-        backward, bc = self.strategy.backward, {}
-
-        def backward_with_bc(loss, model, optimizer, *a, **kw):
-            # the policy's own log-probs of the expert tokens (a ring-attention group reads the same draw)
-            logp = model(seqs, action, attention_mask=attention, ring_attn_group=self.strategy.ring_attn_group)
-            bc["nll"] = -(logp.float() * action).sum() / action.sum()
-            return backward(loss + coef * bc["nll"], model, optimizer, *a, **kw)
-
-        self.strategy.backward = backward_with_bc
-        try:
+        # RAIF eq. 8 once per optimizer step (its first micro-batch), on this rank's share of the step's draw
+        # (_bc_ppo_train): coef x the token mean of the expert NLL over the whole draw, as the embedded trainer.
+        dynamic = self.args.train.dynamic_batch_enable
+        gas = 1 if dynamic else max(int(self.strategy.accumulated_gradient), 1)
+        first = (step == 0 or self.replay_buffer.dynamic_optimizer_step[step - 1]) if dynamic else step % gas == 0
+        if not first:
             status = original(self, experience, kl_ctl, step, loss_batch_info)
-        finally:
-            self.strategy.backward = backward
-        status["metrics"]["bc_loss"] = bc["nll"].detach()
+        else:
+            (seqs, attention, action), total, dp = self._ifcore_bc
+            device = experience.sequences.device
+            seqs, attention, action = seqs.to(device), attention.to(device), action.to(device)
+            backward, bc = self.strategy.backward, {}
+
+            def backward_with_bc(loss, model, optimizer, *a, **kw):
+                # NLL of the expert tokens under the policy itself: temperature 1, not the rollout's (Actor.forward
+                # divides the logits by its temperature); a ring-attention group reads the same share
+                temperature = getattr(model, "temperature", 1.0)
+                model.temperature = 1.0
+                try:
+                    logp = model(seqs, action, attention_mask=attention,
+                                 ring_attn_group=self.strategy.ring_attn_group)
+                finally:
+                    model.temperature = temperature
+                nll_sum = -(logp.float() * action).sum()
+                bc["nll"] = (nll_sum / action.sum().clamp(min=1)).detach()
+                # DeepSpeed divides every micro-batch's loss by gas and averages the ranks: x gas x dp / tokens
+                return backward(loss + coef * nll_sum * gas * dp / max(total, 1), model, optimizer, *a, **kw)
+
+            self.strategy.backward = backward_with_bc
+            try:
+                status = original(self, experience, kl_ctl, step, loss_batch_info)
+            finally:
+                self.strategy.backward = backward
+            self._ifcore_bc_nll = bc["nll"]
+        status["metrics"]["bc_loss"] = self._ifcore_bc_nll  # the window's NLL on every micro-batch: its mean
         status["weights"]["bc_loss"] = "sample"
         return status
 

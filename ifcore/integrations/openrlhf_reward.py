@@ -15,6 +15,7 @@ appendix D). IFCORE_EOS="" turns that detection off.
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
@@ -25,8 +26,10 @@ from ifcore.rewards import RANGES, think_prefix
 # ChatML/Qwen, GPT-style, Llama 2/Mistral, Llama 3, DeepSeek, Gemma, Phi-3, gpt-oss.
 DEFAULT_EOS = ("<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>", "<｜end▁of▁sentence｜>",
                "<end_of_turn>", "<eos>", "<|end|>", "<|return|>")
-# Anomalies of recovering the response from the query, logged next to sample_logs' keys.
-RECOVERY_KEYS = ("prompt_mismatch", "prompt_not_found")
+# Anomalies of recovering the response from the query, and samples whose scoring raised, logged next to
+# sample_logs' keys.
+RECOVERY_KEYS = ("prompt_mismatch", "prompt_not_found", "reward_error")
+logger = logging.getLogger(__name__)
 
 
 def _split_query(query: str, prompt: str) -> tuple[str, str | None]:
@@ -55,26 +58,39 @@ def reward_func(queries, prompts, labels, **kwargs):
     for i, (query, prompt, label) in enumerate(zip(queries, prompts, labels)):
         prompt = prompt if isinstance(prompt, str) else str(prompt)
         where = f"sample {i} (prompt ending {' '.join(prompt[-1000:].split())[-100:]!r})"
-        constraints = load_constraints(label, f"label of {where}")
-        response, anomaly = _split_query(query if isinstance(query, str) else "", prompt)
-        # A finished response ends with an EOS token's text (and maybe a second one, as ChatML + endoftext).
-        response, finished = response.rstrip(), False
-        while any(response.endswith(m) for m in eos):
-            m = next(m for m in eos if response.endswith(m))
-            response, finished = response[:-len(m)].rstrip(), True
-        if opts["think"] == "raif":
-            # RAIF: score from the think block's head the prompt holds on (rewards.think_prefix), as the embedded
-            # trainer does; a block wholly in the prompt is a no-think rollout (eq. 7's y-hat), its answer judged
-            # unless IFCORE_RAIF_NOTHINK_ACCURACY=authors (the authors' code gives it R_accuracy -2).
-            head = think_prefix(prompt)
-            authors = os.environ.get("IFCORE_RAIF_NOTHINK_ACCURACY") == "authors"
-            opts = {**opts, "nothink": "</think>" in head and not authors}
-            response = head + response
-        elif "</think>" in think_prefix(prompt):
-            # A no-think rollout (the RAIF plug-in's empty think block ends its prompt): no think block to demand
-            # in the response, the embedded trainer's gate for it (think_gate(tokenizer, False)).
-            opts = {**opts, "think": "none"}
-        result = score(response, constraints, opts, where, truncated=bool(eos) and not finished, prompt=prompt)
+        try:
+            constraints = load_constraints(label, f"label of {where}")
+            response, anomaly = _split_query(query if isinstance(query, str) else "", prompt)
+            # A finished response ends with an EOS token's text (and maybe a second one, as ChatML + endoftext).
+            response, finished = response.rstrip(), False
+            while any(response.endswith(m) for m in eos):
+                m = next(m for m in eos if response.endswith(m))
+                response, finished = response[:-len(m)].rstrip(), True
+            sample_opts = opts
+            if opts["think"] == "raif":
+                # RAIF: score from the think block's head the prompt holds on (rewards.think_prefix), as the embedded
+                # trainer does; a block wholly in the prompt is a no-think rollout (eq. 7's y-hat), its answer judged
+                # unless IFCORE_RAIF_NOTHINK_ACCURACY=authors (the authors' code gives it R_accuracy -2).
+                head = think_prefix(prompt)
+                authors = os.environ.get("IFCORE_RAIF_NOTHINK_ACCURACY") == "authors"
+                sample_opts = {**opts, "nothink": "</think>" in head and not authors}
+                response = head + response
+            elif "</think>" in think_prefix(prompt):
+                # A no-think rollout (the RAIF plug-in's empty think block ends its prompt): no think block to demand
+                # in the response, the embedded trainer's gate for it (think_gate(tokenizer, False)).
+                sample_opts = {**opts, "think": "none"}
+            result = score(response, constraints, sample_opts, where, truncated=bool(eos) and not finished,
+                           prompt=prompt)
+        except Exception:
+            # OpenRLHF swallows a reward function's exception (utils/agent.py logs one line at INFO) and the run
+            # dies later on reward None, far from the cause: log it here with the sample, give the floor reward
+            # (format failed, as RAIF's accuracy -2), count it in reward_error
+            logger.exception("ifcore reward_func: scoring %s failed; it gets the floor reward %s", where, lo)
+            rewards.append(float(lo))
+            scores.append(0.0)
+            totals["reward_error"] += 1.0
+            totals["format_fail"] += 1.0
+            continue
         rewards.append(result["reward"])
         # Dynamic filtering reads scores in [0, 1]: RAIF's [-3, 3] is mapped linearly, the others already are.
         scores.append((result["reward"] - lo) / (hi - lo))

@@ -27,6 +27,8 @@ OpenRLHF 0.11.2 key -> ifcore metric, where the two mean the same:
 | format_fail | format_ok | 1 - the share of rollouts failing the format gate |
 | eval_response_length_mean | eval_response_len | held-out response tokens |
 | eval_truncated_rate | eval_truncated_fraction | held-out responses cut at the limit |
+| raif_keep | keep_ratio | RAIF superior-CoT: the share of groups eq. 7 keeps (the plug-in's per-rollout flag, averaged; without refill) |
+| cot_reward_mean, nothink_reward_mean | cot_reward_mean, nothink_reward_mean | RAIF superior-CoT: the mean reward of the reasoning and of the no-think rollouts (the plug-in logs each scaled so that the mean over rollouts is it) |
 
 Every other OpenRLHF key is kept as `openrlhf/<key>` (e.g. openrlhf/policy_loss: OpenRLHF's loss leaves out the
 KL term that the embedded `loss` holds; openrlhf/eval_<source>_pass1: the mean reward of the held-out samples, not
@@ -47,6 +49,7 @@ RENAMES = {
     "kl": "kl", "entropy_loss": "entropy", "ppo_clip_ratio": "clip_fraction", "actor_grad_norm": "grad_norm",
     "timing/step_total": "step_seconds", "cla": "csr",
     "eval_response_length_mean": "eval_response_len", "eval_truncated_rate": "eval_truncated_fraction",
+    "raif_keep": "keep_ratio", "cot_reward_mean": "cot_reward_mean", "nothink_reward_mean": "nothink_reward_mean",
 }
 _TRANSFORMS = {"format_fail": ("format_ok", lambda v: 1.0 - v)}
 _LINES = {  # the PPO trainer actor's log lines (openrlhf/trainer/ppo_trainer.py, ppo_trainer_async.py)

@@ -41,6 +41,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 import typing
 import warnings
@@ -54,6 +55,7 @@ from ifcore.advantages import TOKEN_ADVANTAGES, superior_cot_keep
 from ifcore.rewards import KINDS
 from ifcore.rtt_labels import criteria_text
 from ifcore.train import TRAINER_VERSION
+from ifcore.progress import bar as progress_bar
 from ifcore.verify import VERIFY_VERSION
 # generate lives with the policy (model.py), below both this loop and the RTT data builder that samples with it
 from ifcore.train.model import chat_prompt, generate, load_lora_policy, load_policy, think_gate
@@ -393,7 +395,7 @@ def response_logprobs(model, seqs, attention, n_prompt: int, with_entropy: bool 
 
 def read_rows(path: str) -> list[tuple[str, list]]:
     """(instruction, constraints) for every {"prompt", "label"} row of a JSONL file; errors name file:line."""
-    from ifcore.jsonl import JsonlError, iter_jsonl
+    from ifcore.jsonl import JsonlError, iter_jsonl, read_jsonl
     from ifcore.schema import parse_label
 
     rows = []
@@ -405,6 +407,9 @@ def read_rows(path: str) -> list[tuple[str, list]]:
     if not rows:
         raise JsonlError(f"{path}: no rows")
     return rows
+
+
+EVAL_SAMPLES_KEPT = 4  # held-out completions written to samples.jsonl at each evaluation
 
 
 def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: int) -> dict:
@@ -447,6 +452,9 @@ def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: i
             reward.append(float(raif(ok, scored["format_ok"], nothink or raif_reasoning_problem(full) is None)))
             for c, x in zip(constraints, ok):
                 per_scope[c.selector].append(x)
+        if prefix == "eval":  # the first sample of the first few prompts, kept in samples.jsonl
+            row["samples"] = [{"prompt": rows[i][0], "response": texts[i], "truncated": bool(truncated[i]),
+                               "csr": csr[i], "isr": bool(isr[i])} for i in range(min(EVAL_SAMPLES_KEPT, len(rows)))]
         row[f"{prefix}_isr"], row[f"{prefix}_csr"] = float(np.mean(isr)), float(np.mean(csr))
         row.update({f"{prefix}_csr_{s.lower()}": (float(np.mean(v)) if v else None) for s, v in per_scope.items()})
         if cfg.reward == "raif":  # RAIF's reward (eq. 6): what reasoning should raise over not reasoning
@@ -676,11 +684,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
     passes its checksums, BlockingIOError when another trainer holds the directory's lock.
     """
     from torch.utils.tensorboard import SummaryWriter
-    from tqdm import tqdm
     from transformers.utils.logging import disable_progress_bar
 
     from ifcore.advantages import group_norm, identical_pair_fraction
-    from ifcore.jsonl import JsonlError, iter_jsonl
+    from ifcore.jsonl import JsonlError, iter_jsonl, read_jsonl
 
     disable_progress_bar()  # one bar, ours: not one per checkpoint load and save
     cfg = load_config(None, **asdict(cfg))  # checked however it was built
@@ -715,10 +722,13 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 there = json.loads((out / "config.json").read_text())["identity"]
             except (OSError, ValueError, KeyError, TypeError):
                 there = {}  # none, or an older trainer's: another configuration
-            if there != identity:
+            differ = sorted(k for k in identity.keys() | there.keys() if there.get(k) != identity.get(k))
+            # More steps and nothing else changed: the run goes on from its last checkpoint (a step's prompts and
+            # sampling are seeded by the step, not by the total).
+            extend = bool(there) and differ == ["steps"] and identity["steps"] > there["steps"]
+            if there != identity and not extend:
                 changed = [f"{k} {there.get(k, '(unset)')!r} there, {identity.get(k, '(unset)')!r} now"
-                           for k in sorted(identity.keys() | there.keys()) if there.get(k) != identity.get(k)
-                           ] if there else ["its config.json is missing or an older trainer's"]
+                           for k in differ] if there else ["its config.json is missing or an older trainer's"]
                 raise ValueError(f"{out} holds checkpoints of another configuration ({'; '.join(changed)}); use "
                                  f"another --output-dir, or delete {out} to start over")
         while checkpoints and (problem := checkpoint_problem(checkpoints[-1])):
@@ -729,6 +739,13 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                           stacklevel=2)
             shutil.rmtree(checkpoints.pop())
         start = int(checkpoints[-1].name.split("_")[1]) if checkpoints else 0
+        if start >= cfg.steps:  # nothing to do: no model loaded, no empty TensorBoard file written
+            _say(progress, f"{out}: already finished ({start} of {cfg.steps} steps); nothing to do. More steps: "
+                           f"--steps N; to start over, delete {out}")
+            return out / "metrics.jsonl"
+        if start:
+            _say(progress, f"{out}: resuming from {checkpoints[-1].name} (step {start} of {cfg.steps})"
+                           + (f"; extending the run from {there['steps']} to {cfg.steps} steps" if extend else ""))
         (out / "config.json").write_text(json.dumps({"key": key, "identity": identity, "paths": paths}, indent=1))
         if cfg.lora_r:  # adapters on the model, whose own weights stay frozen: they are the reference too
             policy, tokenizer, reference = load_lora_policy(paths["model"], device, cfg.lora_r, cfg.lora_alpha,
@@ -768,8 +785,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         # A killed run may have written rows past its last checkpoint, the last one maybe cut short: keep only the
         # complete rows that the checkpoint covers.
         # rollouts.jsonl holds every rollout's reward per step (a notebook's reward distributions).
-        metrics_path, rollouts_path = out / "metrics.jsonl", out / "rollouts.jsonl"
-        for path in (metrics_path, rollouts_path):
+        # samples.jsonl: a few held-out completions (prompt, response, verdicts) at every evaluation.
+        metrics_path, rollouts_path, samples_path = out / "metrics.jsonl", out / "rollouts.jsonl", out / "samples.jsonl"
+        for path in (metrics_path, rollouts_path, samples_path):
             kept = []
             if start and path.exists():
                 with open(path, "rb") as f:
@@ -779,6 +797,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         writer = SummaryWriter(str(out), purge_step=start + 1 if start else None)
 
         def log(row: dict) -> None:
+            samples = row.pop("samples", [])
+            with open(samples_path, "a", encoding="utf-8") as f:
+                f.writelines(json.dumps({"step": row["step"], **x}, ensure_ascii=False) + "\n" for x in samples)
             with open(metrics_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
             for k, v in row.items():
@@ -790,8 +811,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             log(evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=0))
 
         B, G = cfg.prompts_per_step, cfg.group_size
-        bar = tqdm(range(start + 1, cfg.steps + 1), initial=start, total=cfg.steps, desc=f"grpo {cfg.reward}",
-                   disable=not progress, dynamic_ncols=True)
+        bar = progress_bar(range(start + 1, cfg.steps + 1), desc=f"grpo {cfg.reward}", initial=start,
+                           total=cfg.steps, enabled=progress)
         for step in bar:
             t0 = time.time()
             # ---- the step's prompts: a fresh permutation of the training rows per epoch, seeded by (seed, epoch) ----
@@ -918,4 +939,15 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 for old in sorted((out / "checkpoints").glob("step_*[0-9]"))[:-2]:  # keep the last two
                     shutil.rmtree(old)
         writer.close()
+        last = next((r for r in reversed(read_jsonl(metrics_path)) if r["type"] == "eval"), None)
+        _say(progress, f"done: {cfg.steps} steps" + (f"; held-out ISR {last['eval_isr']:.3f}, CSR {last['eval_csr']:.3f}"
+                                                   f" at step {last['step']}" if last else "")
+             + f"\n  metrics: {metrics_path} (TensorBoard: tensorboard --logdir {out})\n  held-out samples: "
+             f"{samples_path}\n  last checkpoint: {out / 'checkpoints' / f'step_{cfg.steps:06d}'}")
     return metrics_path
+
+
+def _say(progress: bool, text: str) -> None:
+    """A line for the person running `ifcore train` (stderr, beside the progress bar); quiet when progress is off."""
+    if progress:
+        print(text, file=sys.stderr, flush=True)

@@ -49,6 +49,7 @@ from ifcore.advantages import TOKEN_ADVANTAGES, ablation_relevance, token_rtt_gr
 from ifcore.rtt_labels import (CLASSES, LABELS, annotation_prompt, criteria_text, parse_annotation, relevant_spans,
                                taxonomy, template, token_labels)
 from ifcore.schema import Constraint
+from ifcore.progress import bar as progress_bar
 from ifcore.text import Doc, reasoning_end, word_spans
 from ifcore.train.model import THINK_CLOSE
 from ifcore.verify import VERIFY_VERSION, verify_all
@@ -201,7 +202,6 @@ def build_pairs(cfg: DiscConfig, policy_path, device: str = "cpu", progress: boo
     the cfg.held_out_templates share of families drawn out (no such template occurs in training), and
     "instruction", the other pairs of the first cfg.held_out share of instructions (their templates occur in
     training, with other literals and numbers)."""
-    from tqdm import tqdm
 
     from ifcore import synth
     from ifcore.train.model import EMPTY_THINK, chat_prompt, generate, load_policy
@@ -220,7 +220,7 @@ def build_pairs(cfg: DiscConfig, policy_path, device: str = "cpu", progress: boo
         families, round(cfg.held_out_templates * len(families))))
     responses = []  # (instruction index, source, text)
     prefix = EMPTY_THINK if cfg.think else ""
-    for i, inst in enumerate(tqdm(insts, desc="rtt data: edits", disable=not progress, dynamic_ncols=True)):
+    for i, inst in enumerate(progress_bar(insts, desc="rtt data: edits", enabled=progress)):
         cs = [Constraint.from_dict(c) for c in inst["constraints"]]
         inst["parsed"] = cs
         responses.append((i, "witness", prefix + inst["witness"]))
@@ -237,7 +237,7 @@ def build_pairs(cfg: DiscConfig, policy_path, device: str = "cpu", progress: boo
             asks.append((i, "policy", inst["prompt"]))
             asks.append((i, "omission", without_constraint(inst["prompt"], rng.choice(inst["parsed"]))))
     torch.manual_seed(cfg.seed)
-    for a in tqdm(range(0, len(asks), 64), desc="rtt data: policy", disable=not progress, dynamic_ncols=True):
+    for a in progress_bar(range(0, len(asks), 64), desc="rtt data: policy", enabled=progress):
         chunk = asks[a:a + 64]
         prompts = [chat_prompt(tokenizer, p, think=cfg.think) for _, _, p in chunk]
         texts = generate(policy, tokenizer, prompts, cfg.max_new_tokens, device, autocast, sample=True)[4]
@@ -443,7 +443,6 @@ def fit(disc: Discriminator, train: list[dict], steps: int, batch_size: int = 32
     """BCE with logits over the valid response tokens (RTT section 4.1) on `encode`d pairs; returns the log: the
     training loss every 10 steps, the held-out loss (all response tokens, as trained), pooled token AUROC and
     within-response AUROC (answer tokens, as `evaluate` scores them) every `eval_every` steps and at the end."""
-    from tqdm import tqdm
     from transformers import get_cosine_with_min_lr_schedule_with_warmup
 
     train = [e for e in train if e["labels"]]
@@ -456,7 +455,7 @@ def fit(disc: Discriminator, train: list[dict], steps: int, batch_size: int = 32
     torch.manual_seed(seed)
     order: list[int] = []
     log, t0, running = [], time.time(), []
-    bar = tqdm(range(1, steps + 1), desc="rtt discriminator", disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(range(1, steps + 1), desc="rtt discriminator", enabled=progress)
     for step in bar:
         disc.train()
         if len(order) < batch_size:
@@ -832,8 +831,9 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
 
 @functools.cache
 def _saved_discriminator(path: str) -> Discriminator:
-    disc = Discriminator.from_pretrained(path, "cuda" if torch.cuda.is_available() else "cpu")
-    return disc.eval().requires_grad_(False)
+    cuda = torch.cuda.is_available()  # the OpenRLHF plug-ins call it in a reference actor: its GPU, in bf16
+    disc = Discriminator.from_pretrained(path, "cuda" if cuda else "cpu")
+    return (disc.to(torch.bfloat16) if cuda else disc).eval().requires_grad_(False)
 
 
 def saved_relevance(criteria: list[str], responses: list[list[int]]) -> list[np.ndarray]:

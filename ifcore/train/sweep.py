@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ifcore import reaper
 from ifcore.jsonl import iter_jsonl, read_jsonl
+from ifcore.progress import bar as progress_bar
 
 BACKENDS = ("local", "ray", "openrlhf")
 GRACE_SECONDS = 10  # between SIGTERM and SIGKILL when a sweep stops its children
@@ -106,7 +107,6 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
         address = ray_jobs.dashboard(address)
         ray_jobs.version(address)
     import pandas as pd
-    from tqdm import tqdm  # text: redrawn in JupyterLab, kept in papermill output (a widget keeps its first frame)
 
     from ifcore.train.grpo import load_config, resolve_paths, run_identity
 
@@ -160,8 +160,8 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
     pending = [r for r in runs if r["status"] != "reused"]
     running: list[tuple[subprocess.Popen, dict, object]] = []
     failed = []
-    bar = tqdm(total=len(runs) * steps, initial=sum(r["done"] for r in runs), desc="sweep", unit="step",
-               disable=not progress, dynamic_ncols=True)
+    bar = progress_bar(desc="sweep", total=len(runs) * steps, initial=sum(r["done"] for r in runs), unit="step",
+                       enabled=progress)
     t0 = time.time()
     try:
         if backend in ("ray", "openrlhf"):  # takes every pending run: the local loop below then has nothing to do

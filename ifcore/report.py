@@ -1,0 +1,103 @@
+"""`ifcore report` (`make report`): the executed notebooks as an HTML site a reviewer reads offline.
+
+One page per notebook (nbconvert's lab template, images embedded, no script or style fetched from the network,
+widget outputs replaced by their text, no mid-word breaks, wide tables scrolled inside their own box) and an index
+with one card per stage: its question (the notebook's title and first paragraph), its first figure, the
+conclusions its run decided (the lines of its closing cell that state a decided sign), and how long it ran.
+"""
+from __future__ import annotations
+
+import copy
+import html
+import re
+from pathlib import Path
+
+# Decided signs, as ifcore.viz.decide and ifcore.bench.cot_study write them; "cannot decide" lines are left out.
+DECIDED = re.compile(r": (positive|negative)\.$|\b(helps|hurts)\b(?! on)|\bBEATS\b")
+CSS = """<style>
+/* a reviewer's page: no mid-word breaks (nbconvert's pre breaks anywhere), nothing wider than the page */
+pre, .jp-OutputArea-output pre { word-break: normal !important; overflow-wrap: anywhere; white-space: pre-wrap; }
+.jp-OutputArea-output table, .jp-RenderedHTMLCommon table { display: block; overflow-x: auto; max-width: 100%; }
+img { max-width: 100%; height: auto; }
+</style>"""
+
+
+def _page(nb) -> str:
+    """One executed notebook as a self-contained HTML page."""
+    from nbconvert import HTMLExporter
+
+    nb = copy.deepcopy(nb)  # widget outputs are rewritten below
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            data.pop("application/vnd.jupyter.widget-view+json", None)  # an empty box without its JS
+    nb.metadata.pop("widgets", None)
+    exporter = HTMLExporter(template_name="lab", embed_images=True)
+    body, _ = exporter.from_notebook_node(nb)
+    body = re.sub(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>", "", body)  # offline: no CDN scripts
+    body = re.sub(r"<link[^>]*\bhref=\"https?://[^\"]*\"[^>]*>", "", body)
+    return body.replace("</head>", CSS + "\n</head>", 1)
+
+
+def card(nb, page: str) -> str:
+    """The index card of one executed notebook."""
+    cells = nb["cells"]
+    intro = next((c["source"] for c in cells if c["cell_type"] == "markdown"), "")
+    title, _, rest = intro.partition("\n")
+    question = next((p.strip() for p in rest.split("\n\n") if p.strip()), "")
+    figure = next((o["data"]["image/png"] for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])
+                   if "image/png" in o.get("data", {})), None)
+    code = [c for c in cells if c["cell_type"] == "code" and c.get("outputs")]
+    closing = [line for o in (code[-1]["outputs"] if code else []) for line in o.get("text", "").splitlines()]
+    decided = [line.strip() for line in closing if DECIDED.search(line.strip())]
+    meta = nb.get("metadata", {}).get("papermill", {})
+    seconds = meta.get("duration")
+    ran = (f"ran {seconds / 60:.1f} minutes" if seconds and seconds >= 60 else
+           f"ran {seconds:.0f} s" if seconds else "run time not recorded") + (
+        f", ended {meta['end_time'][:16].replace('T', ' ')} UTC" if meta.get("end_time") else "")
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in decided[:6])
+    more = f"<li>and {len(decided) - 6} more</li>" if len(decided) > 6 else ""
+    conclusions = (f"<p><b>Decided by this run</b> ({len(decided)}):</p><ul>{items}{more}</ul>" if decided else
+                   "<p><b>Decided by this run:</b> nothing; every comparison's interval includes 0 at this run's "
+                   "size, or the notebook measures rather than compares (see the page).</p>")
+    image = f'<img alt="first figure" src="data:image/png;base64,{figure}">' if figure else "<p><i>no figure</i></p>"
+    return (f'<section class="card"><h2><a href="{html.escape(page)}">{html.escape(title.lstrip("# "))}</a></h2>'
+            f"<p>{html.escape(' '.join(question.split()))}</p>{image}{conclusions}"
+            f'<p class="ran">{html.escape(ran)}</p></section>')
+
+
+def build(runs_dir: str | Path = "papermill_runs", out_dir: str | Path = "report") -> list[Path]:
+    """Write OUT_DIR/index.html and one page per executed notebook of RUNS_DIR; returns the pages written, the
+    index first. ValueError when RUNS_DIR holds no notebook."""
+    import nbformat
+
+    notebooks = sorted(Path(runs_dir).glob("*.ipynb"))
+    if not notebooks:
+        raise ValueError(f"{runs_dir}: no executed notebook (*.ipynb); run make reproduce first")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pages, cards = [], []
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        page = out / f"{path.stem}.html"
+        page.write_text(_page(nb), encoding="utf-8")
+        pages.append(page)
+        cards.append(card(nb, page.name))
+    index = out / "index.html"
+    index.write_text(f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>ifcore: the executed notebooks</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }}
+.card {{ border: 1px solid #ccc; border-radius: 6px; padding: 0.5em 1.2em 1em; margin: 1.2em 0; }}
+.card img {{ max-width: 100%; height: auto; border: 1px solid #eee; }}
+.card li {{ margin: 0.3em 0; overflow-wrap: anywhere; }}
+.ran {{ color: #666; font-size: 0.9em; }}
+</style></head><body>
+<h1>ifcore: the executed notebooks</h1>
+<p>One card per paper stage: the question, the notebook's first figure, what its run decided (a sign counts as
+decided only where its interval excludes 0 after the notebook's correction for multiple comparisons), and how long
+it ran. Built by <code>make report</code> from <code>{html.escape(str(runs_dir))}</code>; readable offline.</p>
+{"".join(cards)}
+</body></html>
+""", encoding="utf-8")
+    return [index, *pages]

@@ -1,0 +1,40 @@
+"""Progress: bars where a person watches, one summary line per long step where nobody does (papermill)."""
+import subprocess
+import sys
+
+from ifcore import progress
+
+CHECK = ("import os, sys; sys.modules['ipykernel'] = object(); os.environ.pop('IFCORE_PROGRESS', None); "
+         "from ifcore import progress; print(progress.watched(), os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS'))")
+
+
+def _watched_under(parent_name: str) -> str:
+    """watched() in a 'kernel' whose parent process is named `parent_name` (as a Jupyter server or papermill)."""
+    launcher = f"import subprocess; subprocess.run([{sys.executable!r}, '-c', {CHECK!r}])"
+    done = subprocess.run(["bash", "-c", f'exec -a {parent_name} "$0" -c "$1"', sys.executable, launcher],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_a_kernel_of_a_jupyter_server_draws_bars_and_one_of_papermill_does_not():
+    assert _watched_under("jupyter-lab") == "True None"
+    assert _watched_under("papermill") == "False 1"  # and the libraries' own bars are switched off
+
+
+def test_unwatched_bars_say_one_line_at_the_end(monkeypatch, capsys):
+    monkeypatch.setenv("IFCORE_PROGRESS", "0")
+    progress.watched.cache_clear()
+    try:
+        bar = progress.bar(range(3), desc="warm start")
+        assert [x for x in bar] == [0, 1, 2]
+        with progress.bar(desc="generate m", total=5, unit="prompt") as b:
+            b.update(2)
+            b.set_postfix(loss="0.5")
+            b.write("a line of its own")
+        quiet = progress.bar(range(2), desc="nothing", enabled=False)
+        assert list(quiet) == [0, 1]
+        err = capsys.readouterr().err.splitlines()
+        assert err[0].startswith("warm start: 3/3 it in ") and err[1] == "a line of its own"
+        assert err[2].startswith("generate m: 2/5 prompt in ") and err[2].endswith(" s (loss=0.5)") and len(err) == 3
+    finally:
+        progress.watched.cache_clear()
