@@ -1,16 +1,21 @@
-"""The judge's sandbox (issue 14, item 2): normal tools work, and hostile ones are contained, reported, and the
-pool recovers. No test asserts a time: limits are generous and only the kind of outcome is checked."""
+"""The judge's sandbox (issue 14, item 2; issue 24): normal tools work, and hostile ones are contained, reported,
+and the pool recovers. No test asserts a time: limits are generous and only the kind of outcome is checked."""
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from ifcore.judge.sandbox import RESULT_CAP, Sandbox, run_spawned
+from ifcore import reaper
+from ifcore.judge.sandbox import RESULT_CAP, UID_BASE, Sandbox, _parse_json, run_spawned
 
 SECRET = "ifcore-sandbox-secret-6b1f"
 REPO = Path(__file__).resolve().parents[1]
@@ -34,10 +39,10 @@ def sandbox():
 
 
 @pytest.fixture
-def as_nobody(sandbox):
-    """Skips (visibly) where the pool could not make its tools run as nobody: not root, or root in a user
-    namespace without uid 65534."""
-    if sandbox.hardening["user"] != "nobody":
+def as_root(sandbox):
+    """Skips (visibly) where the pool could not give each call a uid of its own: not root, or root in a user
+    namespace (the tools then run as the caller's uid, without capabilities)."""
+    if sandbox.hardening["user"] != "per-call uid":
         pytest.skip(f"needs root: the tools run as the caller's user here ({sandbox.hardening})")
 
 
@@ -102,7 +107,9 @@ def test_concurrent_calls(sandbox):
 
 def test_worker_killed_from_outside():
     with Sandbox(workers=1) as sb:
-        worker = sb.run(tool("return os.getppid()"), "tool", [])["result"]
+        assert_recovers(sb)
+        starter = sb._idle.queue[0].pid  # the worker's reaper; the worker is its child
+        worker = next(pid for pid, (parent, _) in reaper._processes().items() if parent == starter)
         os.kill(worker, 9)
         for _ in range(1000):  # until it is dead (a zombie, or already reaped by its reaper)
             try:
@@ -112,9 +119,9 @@ def test_worker_killed_from_outside():
                 break
             time.sleep(0.01)
         assert_recovers(sb)  # a fresh worker takes the call
-        assert sb.run(tool("return os.getppid()"), "tool", [])["result"] != worker
-    with pytest.raises(RuntimeError, match="closed"):
-        sb.run(COUNT_TOOL, "count", ["x"])
+        assert sb._idle.queue[0].pid != starter
+    assert sb.run(COUNT_TOOL, "count", ["x"]) == {"ok": False, "result": None, "error": "the sandbox is closed",
+                                                  "kind": "error"}
 
 
 def test_spawned_baseline():
@@ -189,10 +196,8 @@ def test_adversarial_contained(sandbox, name, body, kinds):
         assert out["result"] != 0  # the shell never ran
     if name == "fork bomb loop" and out["kind"] == "ok":
         assert out["result"] == 0
-    for path in _outside_paths():  # content never lands outside the scratch dir (and as nobody, nothing does)
-        assert not path.exists() or (sandbox.hardening["user"] != "nobody" and path.stat().st_size == 0), path
-        if path.exists():
-            path.unlink()
+    for path in _outside_paths():  # nothing lands outside the call's own tmpfs: the rest is read-only to it
+        assert not path.exists(), path
     assert_recovers(sandbox)
 
 
@@ -205,10 +210,10 @@ def test_environment_has_no_secret(sandbox):
 
 
 @pytest.mark.parametrize("target", ["parent", "test process", "pid 1"])
-def test_other_environ_unreadable(sandbox, as_nobody, target):
+def test_other_environ_unreadable(sandbox, as_root, target):
     pid = {"parent": "os.getppid()", "test process": str(os.getpid()), "pid 1": "1"}[target]
     out = sandbox.run(tool(f"return open(f'/proc/{{{pid}}}/environ').read()"), "tool", [])
-    assert out["kind"] == "error" and "PermissionError" in out["error"]
+    assert out["kind"] == "error" and out["error"].startswith(("PermissionError", "FileNotFoundError"))
     assert SECRET not in json.dumps(out)
     assert_recovers(sandbox)
 
@@ -242,33 +247,32 @@ return [fd, libc.connect(fd, addr, 16), ctypes.get_errno()]"""
 
 @pytest.mark.parametrize("body", [
     "return open('/etc/shadow').read()",
-    "return os.listdir('/root')",
-    "return os.listdir('..')",  # the other calls' scratch directories
+    "return open('/root/.bashrc').read()",  # /root is an empty tmpfs, and unreadable to the tool's uid
     "os.setuid(0)",
     # Signals that harm nothing should the barrier fail (0: only asks; SIGCONT: wakes what is stopped).
     "return os.kill(" + str(os.getpid()) + ", 0)",  # the test process
     "os.kill(-1, signal.SIGCONT)",  # every process it may signal but itself: none, or another call's child
-], ids=["shadow", "root dir", "other scratch dirs", "setuid 0", "signal test process", "signal -1"])
-def test_root_only_barriers(sandbox, as_nobody, body):
+], ids=["shadow", "root dir", "setuid 0", "signal test process", "signal -1"])
+def test_root_only_barriers(sandbox, as_root, body):
     out = sandbox.run(tool(body), "tool", [])
-    may_succeed = "-1" in body and sandbox.hardening["syscalls"] != "seccomp"
+    may_succeed = "-1" in body and sandbox.hardening["syscalls"] != "seccomp allowlist"
     assert out["kind"] in (("ok", "error") if may_succeed else ("error",)) and out["result"] is None, out
     assert_recovers(sandbox)
 
 
-def test_runs_as_nobody_with_limits(sandbox, as_nobody):
+def test_runs_as_own_uid_with_limits(sandbox, as_root):
     body = "return [os.getuid(), os.getgid(), os.getgroups(), os.getcwd(), " \
            "[resource.getrlimit(getattr(resource, 'RLIMIT_' + r)) for r in ('FSIZE', 'NPROC', 'CORE', 'CPU')]]"
     out = sandbox.run(tool(body), "tool", [])
     uid, gid, groups, cwd, limits = out["result"]
-    assert (uid, gid, groups) == (65534, 65534, [])
+    assert uid == gid and uid > UID_BASE and groups == [] and cwd == "/tmp"
     assert limits == [[0, 0], [0, 0], [0, 0], [2, 3]]
-    assert sandbox.run(tool("return os.getcwd()"), "tool", [])["result"] != cwd  # a fresh scratch dir per call
+    assert sandbox.run(tool("return os.getuid()"), "tool", [])["result"] not in (uid, 65534)  # a uid per call
 
 
 def test_seccomp_denies(sandbox):
     """Where the filter is on, the calls it denies fail with EPERM before any other check (rlimits, uids)."""
-    if sandbox.hardening["syscalls"] != "seccomp":
+    if sandbox.hardening["syscalls"] != "seccomp allowlist":
         pytest.skip(f"no seccomp filter on this machine ({sandbox.hardening})")
     for body in ("os.fork()", "socket.socket(socket.AF_UNIX)", "os.kill(os.getppid(), 0)",
                  "os.execv('/bin/true', ['true'])",
@@ -279,13 +283,377 @@ def test_seccomp_denies(sandbox):
     assert_recovers(sandbox)
 
 
-def test_scratch_dir_is_removed():
-    with Sandbox(workers=1) as sb:  # one worker: each worker has its own /tmp when root
+def test_scratch_dir_is_fresh():
+    with Sandbox(workers=1) as sb:  # one worker: the same worker takes both calls
         first = sb.run(tool("open('empty', 'w').close()\nreturn [os.getcwd(), os.listdir('.')]"), "tool", [])
-        assert first["kind"] == "ok" and first["result"][1] == ["empty"]
-        out = sb.run(tool(f"return os.path.exists({first['result'][0]!r})"), "tool", [])
-    assert out["kind"] == "ok" and out["result"] is False
+        assert first["kind"] == "ok" and first["result"] == ["/tmp", ["empty"]]
+        assert sb.run(tool("return os.listdir('.')"), "tool", []) == {"ok": True, "result": [], "error": None,
+                                                                     "kind": "ok"}
 
 
 def test_result_cap_is_the_reference_one():
     assert RESULT_CAP == 10_000
+
+
+# ---- issue 24: each escape found against the previous sandbox, pinned by a new program ---------------------------
+# Each test below failed on the sandbox before issue 24 (checked by running it against that version) and ends with
+# an honest tool's exact answer.
+
+def test_calls_cannot_touch_each_other(sandbox):
+    """Escape 1: a tool lowering the limits of, renicing, or signalling every process it can find (prlimit64,
+    setpriority, fcntl F_SETOWN on its own pipe pointed at each pid, kill) while an honest tool runs beside it."""
+    hostile = tool("""
+import fcntl
+r = 3  # its own result pipe
+touched = set()
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    for name in os.listdir('/proc'):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        pid = int(name)
+        for poke in (lambda: resource.prlimit(pid, resource.RLIMIT_AS, (8 << 20, 8 << 20)),
+                     lambda: os.setpriority(os.PRIO_PROCESS, pid, 19),
+                     lambda: fcntl.fcntl(r, fcntl.F_SETOWN, pid),
+                     lambda: os.kill(pid, signal.SIGSTOP)):
+            try:
+                poke()
+                touched.add(pid)
+            except OSError:
+                pass
+    try:
+        os.setpriority(os.PRIO_USER, os.getuid(), 19)
+    except OSError:
+        pass
+    time.sleep(0.02)
+return sorted(touched)""")
+    honest = "import time\ndef count(text):\n    time.sleep(0.8)\n    big = bytearray(64 << 20)\n" \
+             "    return [len(big) >> 20, word_count(text)]"
+    with ThreadPoolExecutor(2) as pool:
+        bad = pool.submit(sandbox.run, hostile, "tool", [])
+        good = pool.submit(sandbox.run, honest, "count", ["One two three. Four five."])
+        assert good.result() == {"ok": True, "result": [64, 5], "error": None, "kind": "ok"}
+        bad = bad.result()  # it saw no process but itself (or, on a very busy machine, ran out of time)
+        assert bad["kind"] == "timeout" or bad == {"ok": True, "result": [], "error": None, "kind": "ok"}, bad
+    assert_recovers(sandbox)
+
+
+LEAVE_STATE = tool("""
+libc = ctypes.CDLL(None, use_errno=True)
+left = []
+shm = libc.shmget(0x1F24, 1 << 20, 0o1666)  # IPC_CREAT | 0666
+if shm >= 0:
+    left.append('sysv shm')
+if libc.msgget(0x1F24, 0o1666) >= 0:
+    left.append('sysv msg')
+if libc.syscall(240, b'/ifcore24', 0o100 | 2, 0o666, None) >= 0:  # mq_open O_CREAT|O_RDWR
+    left.append('posix mq')
+if libc.syscall(248, b'user', b'ifcore24', b'secret', 6, -4) >= 0:  # add_key to the user keyring
+    left.append('keyring')
+for path in ('/run/lock/ifcore24', '/dev/shm/ifcore24', '/tmp/ifcore24', '/var/tmp/ifcore24'):
+    try:
+        open(path, 'w').close()
+        left.append(path)
+    except OSError:
+        pass
+return left""")
+
+FIND_STATE = tool("""
+libc = ctypes.CDLL(None, use_errno=True)
+found = []
+if libc.shmget(0x1F24, 0, 0) >= 0:
+    found.append('sysv shm')
+if libc.msgget(0x1F24, 0) >= 0:
+    found.append('sysv msg')
+if libc.syscall(240, b'/ifcore24', 0, 0, None) >= 0:
+    found.append('posix mq')
+if libc.syscall(250, 16, -4, b'user', b'ifcore24', 0) >= 0:  # keyctl SEARCH in the user keyring
+    found.append('keyring')
+found += [p for p in ('/run/lock/ifcore24', '/dev/shm/ifcore24', '/tmp/ifcore24', '/var/tmp/ifcore24')
+          if os.path.exists(p)]
+return found""")
+
+
+def test_no_state_outlives_a_call():
+    """Escape 2: SysV shared memory and message queues, POSIX message queues, the keyring and files in /run/lock,
+    /dev/shm, /tmp, /var/tmp, left by one call: the next call of the same warm worker, and the host, find none."""
+    with Sandbox(workers=1, timeout=3.0) as sb:
+        left = sb.run(LEAVE_STATE, "tool", [])
+        assert left["kind"] == "ok", left
+        assert sb.run(FIND_STATE, "tool", []) == {"ok": True, "result": [], "error": None, "kind": "ok"}
+        assert_recovers(sb)
+    assert "1f24" not in Path("/proc/sysvipc/shm").read_text().lower() + Path("/proc/sysvipc/msg").read_text().lower()
+    assert not any(Path(p).exists() for p in ("/run/lock/ifcore24", "/dev/shm/ifcore24", "/dev/mqueue/ifcore24"))
+
+
+@pytest.fixture
+def host_process():
+    """A process on the host as uid 65534 (the uid the previous sandbox ran tools as), with a secret in its
+    environment and a marker in its command line; stopped and waited for afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process as uid 65534")
+    proc = subprocess.Popen(["/bin/sh", "-c", "sleep 60", MARKER], env={"IFCORE_SANDBOX_TEST_SECRET": SECRET},
+                            user=65534, group=65534, extra_groups=[], stdin=subprocess.DEVNULL)
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_host_processes_invisible(sandbox, host_process):
+    """Escapes 3 and 7: a tool listing every process, reading their command lines and environments, and
+    entering their root directories through /proc sees only itself."""
+    body = """
+seen = {}
+for name in os.listdir('/proc'):
+    if name.isdigit():
+        info = []
+        for what in ('cmdline', 'environ'):
+            try:
+                info.append(open(f'/proc/{name}/{what}', 'rb').read().decode(errors='replace'))
+            except OSError:
+                pass
+        try:
+            info.append(str(os.listdir(f'/proc/{name}/root/proc/1')[:1]))
+        except OSError:
+            pass
+        seen[name] = info
+return seen"""
+    out = sandbox.run(tool(body), "tool", [])
+    assert out["kind"] == "ok" and list(out["result"]) == ["1"], out  # PID 1 of its namespace: itself
+    assert MARKER not in json.dumps(out) and SECRET not in json.dumps(out)
+    assert Path(f"/proc/{host_process}/cmdline").read_bytes().count(MARKER.encode()) == 1  # it was there to see
+    assert_recovers(sandbox)
+
+
+# Calls a tool never needs, each of which the previous denylist let through or that the issue names; the
+# allowlist refuses them with EPERM (not a kill: CPython's error paths still run).
+REFUSED = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "keyctl": 250, "add_key": 248,
+           "request_key": 249, "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240, "ptrace": 101,
+           "process_vm_readv": 310, "kcmp": 312, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+           "pidfd_open": 434, "pidfd_getfd": 438, "open_tree": 428, "fsopen": 430, "mount": 165, "umount2": 166,
+           "unshare": 272, "setns": 308, "chroot": 161, "setpriority": 141, "prctl": 157, "personality": 135,
+           "sethostname": 170, "setuid": 105, "capset": 126, "memfd_create": 319, "socket": 41, "clone": 56}
+
+
+def test_seccomp_is_an_allowlist(sandbox):
+    """Escape 4: each call in REFUSED fails with EPERM, io_uring (the old filter's hole) first."""
+    if os.uname().machine != "x86_64":
+        pytest.skip(f"no seccomp filter on this machine ({sandbox.hardening})")
+    body = f"""
+libc = ctypes.CDLL(None, use_errno=True)
+params = (ctypes.c_ubyte * 120)()
+out = {{}}
+for name, nr in {REFUSED!r}.items():
+    ctypes.set_errno(0)
+    ret = libc.syscall(nr, 16, ctypes.byref(params), 0, 0, 0) if name == 'io_uring_setup' else \\
+        libc.syscall(nr, 0, 0, 0, 0, 0)
+    out[name] = [ret, ctypes.get_errno()]
+return out"""
+    out = sandbox.run(tool(body), "tool", [])
+    assert out["kind"] == "ok", out
+    assert {name: r for name, r in out["result"].items() if r != [-1, 1]} == {}  # -1, EPERM
+    assert_recovers(sandbox)
+
+
+@pytest.mark.parametrize("body", [
+    "return float('inf')",
+    "return {'x': [1.5, float('nan')]}",
+    "return ['ok', '\\udcff']",  # a lone surrogate: json.dumps escapes it, and it would come back unencodable
+    "os.write(3, b'{\"kind\": \"ok\", \"result\": \"\\\\ud834 lone\"}')\nos._exit(0)",
+    "os.write(3, b'{\"kind\": \"ok\", \"result\": \"\\xc3\\x28\"}')\nos._exit(0)",  # invalid UTF-8
+    "os.write(3, b'{\"kind\": \"ok\", \"result\": ' + b'[' * 5000 + b']' * 5000 + b'}')\nos._exit(0)",
+    "os.write(3, b'{\"kind\": \"ok\", \"result\": NaN}')\nos._exit(0)",
+    "os.write(3, b'{\"kind\": \"ok\", \"result\": [1e999]}')\nos._exit(0)",
+], ids=["infinity", "nan", "lone surrogate", "forged surrogate", "invalid utf-8", "forged deep", "forged NaN",
+        "forged overflow"])
+def test_results_the_caller_cannot_use_are_bad(sandbox, body):
+    """Escape 5: whatever the tool returns or forges, the caller gets a dict it can encode as UTF-8 JSON."""
+    out = sandbox.run(tool(body), "tool", [])
+    assert out["kind"] == "bad_result" and out["result"] is None, out
+    json.dumps(out, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    assert_recovers(sandbox)
+
+
+def test_deep_result_with_a_deep_caller(sandbox):
+    """Escape 5: a result 120 lists deep (under the size cap) read by a caller already 850 frames down the stack
+    (a judge thread) is a bad_result, not a RecursionError in the caller."""
+    body = "x = 'leaf'\nfor _ in range(120):\n    x = [x]\nreturn x"
+
+    def at_depth(n):
+        return sandbox.run(tool(body), "tool", []) if n == 0 else at_depth(n - 1)
+
+    out = at_depth(850)
+    assert out["kind"] == "bad_result" and "deeper" in out["error"], out
+    assert_recovers(sandbox)
+
+
+@pytest.mark.parametrize("body, kind", [
+    ("os.write(3, b'{\"kind\": \"ok\", \"result\": \"' + b'x' * 30000 + b'\"}')\nos._exit(0)", "too_large"),
+    ("os.write(3, b'{\"kind\": \"error\", \"error\": \"' + b'y' * 30000 + b'\"}')\nos._exit(0)", "error"),
+    ("os.write(3, b'{\"kind\": \"timeout\", \"error\": ' + b'[' * 60 + b']' * 60 + b'}')\nos._exit(0)", "timeout"),
+], ids=["forged ok", "forged error", "forged kind"])
+def test_caps_hold_on_forged_replies(sandbox, body, kind):
+    """Escape 8: the result and error caps are the caller's, so a reply written to the pipe directly cannot
+    exceed them."""
+    out = sandbox.run(tool(body), "tool", [])
+    assert out["kind"] == kind and out["result"] is None and len(out["error"]) <= 1000, out
+    assert_recovers(sandbox)
+
+
+def test_scratch_is_bounded_and_deep_trees_are_fine(sandbox):
+    """Escape 8: a call's files are bounded (its tmpfs has few inodes), so its cleanup is bounded; a directory
+    tree 1,500 deep leaves an ok result ok (nothing walks it: the tmpfs goes with the namespace)."""
+    many = sandbox.run(tool("n = 0\nwhile True:\n    try:\n        open(f'f{n}', 'w').close()\n"
+                            "    except OSError:\n        return n\n    n += 1"), "tool", [])
+    assert many["kind"] == "ok" and 0 < many["result"] < 5000, many
+    deep = sandbox.run(tool("for _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\nreturn len(os.getcwd())"),
+                       "tool", [])
+    assert deep == {"ok": True, "result": len("/tmp") + 2 * 1500, "error": None, "kind": "ok"}
+    assert_recovers(sandbox)
+
+
+def test_queue_timeout_and_bad_arguments():
+    """Escape 8 and `run` never raising: no idle worker within queue_timeout, arguments that are not a JSON list."""
+    with Sandbox(workers=1, queue_timeout=0.2) as sb:
+        held = sb._idle.get()  # every worker busy
+        try:
+            out = sb.run(COUNT_TOOL, "count", ["x"])
+        finally:
+            sb._idle.put(held)
+        assert out["kind"] == "timeout" and "no sandbox worker free" in out["error"]
+        assert sb.run(COUNT_TOOL, "count", "not a list")["kind"] == "error"
+        assert sb.run(COUNT_TOOL, "count", [object()])["kind"] == "error"
+        assert sb.run(COUNT_TOOL, "count", [float("nan")])["kind"] == "error"
+        assert_recovers(sb)
+
+
+def test_no_earlier_input_in_a_later_call():
+    """Escape 6: a tool scanning its own process's memory finds nothing of the previous call's arguments."""
+    token = os.urandom(8).hex()
+    with Sandbox(workers=1) as sb:
+        first = sb.run("def f(text):\n    return len(text)", "f", [f"ifcore-leak-probe-{token} " * 200])
+        assert first["kind"] == "ok"
+        scan = tool("""
+found = set()
+for line in open('/proc/self/maps'):
+    fields = line.split()
+    if not fields[1].startswith('rw') or len(fields) > 5 and fields[5].startswith('[v'):
+        continue
+    start, end = (int(x, 16) for x in fields[0].split('-'))
+    memory = ctypes.string_at(start, end - start)
+    at = memory.find(b'ifcore-leak-probe-')
+    while at >= 0:
+        found.add(memory[at + 18:at + 34].decode(errors='replace'))
+        at = memory.find(b'ifcore-leak-probe-', at + 1)
+return sorted(found)""")
+        out = sb.run(scan, "tool", [])
+        assert out["kind"] == "ok" and token not in out["result"], out
+        assert_recovers(sb)
+
+
+NOT_ROOT = r'''
+import ctypes, json, os, socket, sys
+sys.path.insert(0, sys.argv[3])
+libc = ctypes.CDLL(None, use_errno=True)
+# The interpreter may live under /root (0700): in a mount namespace of this process only, make it reachable.
+assert libc.unshare(0x20000) == 0 and libc.mount(None, b"/", None, 0x4000 | (1 << 18), None) == 0
+if os.path.realpath(sys.executable).startswith("/root/"):
+    stash = sys.argv[1].encode()
+    assert libc.mount(b"/root", stash, None, 4096, None) == 0  # MS_BIND
+    assert libc.mount(b"tmpfs", b"/root", b"tmpfs", 0, b"mode=755") == 0
+    for name in os.listdir(stash):
+        if name.startswith((b".py", b".local")):
+            os.mkdir(b"/root/" + name)
+            assert libc.mount(stash + b"/" + name, b"/root/" + name, None, 4096 | 0x4000, None) == 0
+mine = "/mnt"  # a directory the unprivileged caller owns (a tmpfs this process's mount namespace alone sees)
+assert libc.mount(b"tmpfs", mine.encode(), b"tmpfs", 0, b"mode=755,uid=65534,gid=65534") == 0
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+os.environ["IFCORE_SANDBOX_TEST_SECRET"] = sys.argv[2]
+server = socket.create_server(("127.0.0.1", 0))
+server.setblocking(False)
+port = server.getsockname()[1]
+from ifcore.judge.sandbox import Sandbox
+out = {}
+try:
+    with Sandbox(workers=1, timeout=3.0) as sb:
+        out["hardening"] = sb.hardening
+        count = "def count(text):\n    return [word_count(text), len(split_sentences(text))]"
+        out["honest"] = [sb.run(count, "count", ["One two three. Four five."])]
+        tools = {
+            "write": f"def f():\n    open({mine!r} + '/x', 'w').close()",
+            "processes": "import os\ndef f():\n    pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+                         "    return [pids, [open(f'/proc/{p}/environ').read() for p in pids]]",
+            "capabilities": "def f():\n    return [l for l in open('/proc/self/status') if l.startswith('CapEff')]",
+            "loopback": f"import ctypes\ndef f():\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+                        f"    fd = libc.socket(2, 1, 0)\n"
+                        f"    a = (ctypes.c_ubyte * 16)(2, 0, {port >> 8}, {port & 255}, 127, 0, 0, 1)\n"
+                        f"    return [fd, libc.connect(fd, a, 16)]",
+            "poison": "import os, ifcore.text\ndef f():\n    ifcore.text.Doc.words = property(lambda self: [])\n"
+                      "    return open(f'/proc/{os.getppid()}/mem', 'r+b').name",
+        }
+        for name, code in tools.items():
+            out[name] = sb.run(code, "f", [])
+            out["honest"].append(sb.run(count, "count", ["One two three. Four five."]))
+    try:
+        server.accept()
+        out["accepted"] = True
+    except BlockingIOError:
+        out["accepted"] = False
+except RuntimeError as e:
+    out["refused"] = str(e)
+out["left"] = os.listdir(mine)
+print(json.dumps(out))
+'''
+
+
+def test_not_root_is_as_safe_or_refused(tmp_path):
+    """Without root: the caller an unprivileged user (uid 65534) in a child process. Either the pool runs with
+    the same namespaces, filter and read-only view (in a user namespace), or it refuses, saying why. (Not root,
+    this whole file already runs the pool that way.)"""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become uid 65534")
+    done = subprocess.run([sys.executable, "-I", "-c", NOT_ROOT, str(tmp_path), SECRET, str(REPO)],
+                          capture_output=True, text=True, timeout=120, cwd="/", env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    if "refused" in out:
+        assert "user namespace" in out["refused"], out
+        pytest.skip(f"no user namespaces here: the pool refused as it should ({out['refused']})")
+    assert SECRET not in done.stdout and out["left"] == [] and out["accepted"] is False, out
+    assert out["hardening"]["user"].startswith("caller's uid") and out["hardening"]["namespaces"].startswith("pid")
+    assert out["write"]["kind"] == "error" and "Read-only" in out["write"]["error"], out
+    assert out["processes"]["result"][0] == ["1"] and SECRET not in json.dumps(out["processes"]), out
+    assert out["capabilities"]["result"] == ["CapEff:\t0000000000000000\n"], out
+    assert out["loopback"]["result"][1] == -1 and out["poison"]["kind"] == "error", out
+    assert out["honest"] == [{"ok": True, "result": [5, 2], "error": None, "kind": "ok"}] * 6, out
+
+
+_JSONISH = st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=100).map(lambda t: json.dumps(t).encode()),  # surrogates come escaped: "\ud800"
+    st.text(max_size=100).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.integers(0, 3000).map(lambda n: b"[" * n + b"]" * n),
+    st.integers(0, 200).map(lambda n: b'{"a": ' * n + b"NaN" + b"}" * n),
+    st.sampled_from([b"1e999", b"[-1e400]", b'"\\udfff"', b'{"\\ud800": 1}']),
+    st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_size=5), lambda c: st.lists(c, max_size=3)
+                 | st.dictionaries(st.text(max_size=3), c, max_size=3)).map(lambda v: json.dumps(v).encode()))
+
+
+@given(_JSONISH)
+def test_strict_decoding_raises_only_value_error(data):
+    """Whatever bytes come back, decoding either gives a value that encodes as strict UTF-8 JSON or raises
+    ValueError (the caller's bad_result), never RecursionError or UnicodeEncodeError later."""
+    try:
+        value = _parse_json(data, 10_000)
+    except ValueError:
+        return
+    json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def test_cpu_limit_is_reported_as_such():
+    """PID 1 of a namespace ignores SIGXCPU, so the hard limit's SIGKILL ends a spinning tool: still a CPU
+    timeout, not a mysterious kill (the wall limit here is far away)."""
+    with Sandbox(workers=1, timeout=60.0, cpu_seconds=1) as sb:
+        out = sb.run(tool("signal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass"), "tool", [])
+        assert out == {"ok": False, "result": None, "error": "CPU time limit (1 s) exceeded", "kind": "timeout"}
+        assert_recovers(sb)

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import statistics
 import time
 
@@ -221,7 +222,8 @@ def sandbox_speed(calls: int = 300, spawned_calls: int = 30, workers: int = 2) -
     in one run, `workers` calls at a time for both. The tool counts the words of a ~300-word response with the
     promised helper, so the spawned interpreter imports ifcore.text as the pool's workers did once;
     `spawned_bare_per_second` times a tool that needs no helper (str.split) in an interpreter that imports
-    nothing of ifcore, the cheapest spawn. Wall time:
+    nothing of ifcore, the cheapest spawn; where `bwrap` is on PATH, `bwrap_spawned_per_second` times the helper
+    tool spawned inside bubblewrap's namespaces (the design issue 24 weighed against the pool). Wall time:
     the work is in other processes. Goal: ratio >= 10 (issue 14)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -248,6 +250,13 @@ def sandbox_speed(calls: int = 300, spawned_calls: int = 30, workers: int = 2) -
         hardening = sandbox.hardening
     spawned_rate, spawned_outs = rate(lambda: run_spawned(tool, "count_words", [text]), spawned_calls)
     bare_rate, _ = rate(lambda: run_spawned(bare, "count_words", [text], helpers=False), spawned_calls)
+    extra = {}
+    if shutil.which("bwrap"):  # the same spawn per call inside bubblewrap's namespaces (the alternative design)
+        bwrap = [shutil.which("bwrap"), "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+                 "--dev", "/dev", "--tmpfs", "/tmp", "--"]
+        bwrap_rate, bwrap_outs = rate(lambda: run_spawned(tool, "count_words", [text], wrapper=bwrap), spawned_calls)
+        spawned_outs += bwrap_outs
+        extra = {"bwrap_spawned_per_second": round(bwrap_rate, 1), "ratio_to_bwrap": round(pool_rate / bwrap_rate, 1)}
     results = {json.dumps(o["result"]) for o in pool_outs + spawned_outs}
     if len(results) != 1 or not pool_outs[0]["ok"]:
         raise RuntimeError(f"sandbox bench: the tool's results differ or failed: {sorted(results)[:3]}")
@@ -255,7 +264,7 @@ def sandbox_speed(calls: int = 300, spawned_calls: int = 30, workers: int = 2) -
             "words": pool_outs[0]["result"][0]["result"], "hardening": hardening,
             "pool_per_second": round(pool_rate, 1), "spawned_per_second": round(spawned_rate, 1),
             "ratio": round(pool_rate / spawned_rate, 1), "spawned_bare_per_second": round(bare_rate, 1),
-            "ratio_to_bare": round(pool_rate / bare_rate, 1)}
+            "ratio_to_bare": round(pool_rate / bare_rate, 1), **extra}
 
 
 def train_speed(model: str = "smollm2-135m", prompts: int = 2, group: int = 4, max_new_tokens: int = 64,

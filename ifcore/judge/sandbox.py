@@ -58,9 +58,13 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x4000, 1 << 18
 _ENVELOPE_MAX = 4 * RESULT_CAP + 4096  # a tool's reply is at most this many bytes; more is a hostile flood
 _LINE_MAX = 1 << 20  # a worker's reply line: far above anything it writes
-_SETUP_FAILED = 3  # the call process's problem codes: 0 none, 1 timeout, 2 too_large, 3 its own setup failed
+_SETUP_EXIT = 70  # the tool's process could not lock itself down
+_SETUP_FAILED, _CPU_LIMIT = 3, 4  # the call process's problem codes: 0 none, 1 timeout, 2 too_large, 3 its own
+# setup failed, 4 the tool used up its CPU seconds
 _SECCOMP = None  # the worker's filter program
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# One thread (numpy's BLAS would start more): forks are then safe, and without root unshare(CLONE_NEWUSER) works.
+_WORKER_ENV = {"PATH": SAFE_PATH, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _WORKER_MAIN = "import sys; sys.path.insert(0, sys.argv[1]); from ifcore.judge.sandbox import _worker; _worker()"
 # Modules a tool may want, imported by the worker: in the sandbox the interpreter's own files may be unreadable
 # or hidden (/root), so a tool can only import what its worker already has.
@@ -93,7 +97,8 @@ def _parse_json(data: bytes, limit: int):
     if brackets and max(accumulate(1 if c in "[{" else -1 for c in brackets)) > MAX_DEPTH:
         raise ValueError(f"nested deeper than {MAX_DEPTH}")
     value = json.loads(text, parse_constant=_reject_constant)
-    json.dumps(value, ensure_ascii=False).encode("utf-8")  # a lone surrogate (from a \ud800 escape) raises here
+    # A lone surrogate (from a \ud800 escape) raises here, and so does an overflowing number (1e999 is inf).
+    json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
     return value
 
 
@@ -131,27 +136,29 @@ def split_sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in Doc(text).sentences]
 
 
-# x86_64 numbers of the system calls CPython and the helpers make while a tool runs, measured with strace -f on
-# every tool in tests/test_sandbox.py and the bench (scripts: README, "Sandbox"), plus their siblings of the same
-# kind (stat/lstat/newfstatat/statx, select/poll/pselect6/ppoll, epoll). Everything else fails with EPERM.
+# x86_64 numbers of the system calls a tool may make. Measured: strace -f over every tool of tests/test_sandbox.py
+# and a dozen honest judge-style tools (stdlib and the helpers) finds, after the filter is in, only brk chdir
+# clock_gettime clock_nanosleep close exit_group getcwd getdents64 getgid getgroups getpid getppid gettid getuid
+# ioctl lseek mkdir mmap mprotect munmap newfstatat openat prlimit64 read rt_sigaction rt_sigprocmask write allowed
+# (scripts/sandbox_syscalls.py; README, "Sandbox"). The list adds their siblings of the same kind (the other
+# stat, read/write, directory, time and id calls, files inside the call's own tmpfs, realloc's mremap and
+# malloc's madvise, getrandom for an unseeded random.Random). Everything else fails with EPERM: processes,
+# threads, programs, sockets, io_uring, keyrings, SysV and POSIX IPC, signals, ptrace and process_vm_*, bpf,
+# perf_event_open, mounts, namespaces.
 _ALLOWED_SYSCALLS = {
-    "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "fstat": 5, "lstat": 6, "poll": 7, "lseek": 8,
-    "mmap": 9, "mprotect": 10, "munmap": 11, "brk": 12, "rt_sigaction": 13, "rt_sigprocmask": 14,
-    "rt_sigreturn": 15, "ioctl": 16, "pread64": 17, "pwrite64": 18, "readv": 19, "writev": 20, "access": 21,
-    "pipe": 22, "select": 23, "sched_yield": 24, "mremap": 25, "madvise": 28, "dup": 32, "dup2": 33,
-    "nanosleep": 35, "getpid": 39, "exit": 60, "uname": 63, "fcntl": 72, "fsync": 74, "fdatasync": 75,
+    "read": 0, "write": 1, "open": 2, "close": 3, "stat": 4, "fstat": 5, "lstat": 6, "lseek": 8, "mmap": 9,
+    "mprotect": 10, "munmap": 11, "brk": 12, "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15,
+    "ioctl": 16, "pread64": 17, "pwrite64": 18, "readv": 19, "writev": 20, "access": 21, "mremap": 25,
+    "madvise": 28, "dup": 32, "dup2": 33, "nanosleep": 35, "getpid": 39, "exit": 60, "uname": 63, "fcntl": 72,
     "truncate": 76, "ftruncate": 77, "getdents": 78, "getcwd": 79, "chdir": 80, "fchdir": 81, "rename": 82,
     "mkdir": 83, "rmdir": 84, "creat": 85, "link": 86, "unlink": 87, "symlink": 88, "readlink": 89, "chmod": 90,
     "fchmod": 91, "umask": 95, "gettimeofday": 96, "getrlimit": 97, "getrusage": 98, "sysinfo": 99, "times": 100,
     "getuid": 102, "getgid": 104, "geteuid": 107, "getegid": 108, "getppid": 110, "getpgrp": 111,
     "getgroups": 115, "getpgid": 121, "getsid": 124, "sigaltstack": 131, "statfs": 137, "fstatfs": 138,
     "getpriority": 140, "gettid": 186, "futex": 202, "sched_getaffinity": 204, "getdents64": 217,
-    "set_tid_address": 218, "fadvise64": 221, "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230,
-    "exit_group": 231, "epoll_wait": 232, "epoll_ctl": 233, "openat": 257, "mkdirat": 258, "newfstatat": 262,
-    "unlinkat": 263, "renameat": 264, "readlinkat": 267, "faccessat": 269, "pselect6": 270, "ppoll": 271,
-    "set_robust_list": 273, "get_robust_list": 274, "epoll_pwait": 281, "epoll_create1": 291, "dup3": 292,
-    "pipe2": 293, "prlimit64": 302, "getcpu": 309, "getrandom": 318, "statx": 332, "rseq": 334,
-    "close_range": 436, "faccessat2": 439, "epoll_pwait2": 441,
+    "clock_gettime": 228, "clock_getres": 229, "clock_nanosleep": 230, "exit_group": 231, "openat": 257,
+    "mkdirat": 258, "newfstatat": 262, "unlinkat": 263, "renameat": 264, "readlinkat": 267, "faccessat": 269,
+    "dup3": 292, "prlimit64": 302, "getrandom": 318, "statx": 332, "close_range": 436, "faccessat2": 439,
 }
 
 
@@ -255,6 +262,9 @@ def _tool_process(write_fd: int, req: dict, uid: int) -> None:
         if _SECCOMP is not None:
             _check(_libc().prctl(38, 1, 0, 0, 0) == 0, "no_new_privs")
             _check(_libc().prctl(22, 2, ctypes.byref(_SECCOMP[0]), 0, 0) == 0, "seccomp")
+    except BaseException:
+        os._exit(_SETUP_EXIT)  # never run a tool less locked down than promised
+    try:
         envelope = _call_tool(req["code"], req["function"], req["args"]).encode()
         while envelope:
             envelope = envelope[os.write(3, envelope):]
@@ -275,7 +285,8 @@ def _private_view() -> None:
     for path, flags, options in (
             (b"/tmp", 0, b"size=16m,nr_inodes=4096,mode=1777"), (b"/var/tmp", 0, b"size=1m,nr_inodes=64,mode=1777"),
             (b"/dev/shm", 0, b"size=1m,nr_inodes=64,mode=1777"), (b"/run/lock", 0, b"size=1m,nr_inodes=64,mode=1777"),
-            (b"/root", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755"), (b"/home", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755")):
+            (b"/root", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755"),
+            (b"/home", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755")):
         if os.path.isdir(path):
             _check(libc.mount(b"tmpfs", path, b"tmpfs", flags | MS_NOSUID | MS_NODEV, options) == 0,
                    f"tmpfs on {path.decode()}")
@@ -303,7 +314,10 @@ def _call(request_fd: int, message_fd: int, as_root: bool) -> None:
         data, problem = _read_until(read_fd, deadline)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills the rest of it
-        status = os.waitpid(pid, 0)[1]
+        _, status, usage = os.wait4(pid, 0)
+        # PID 1 of a namespace ignores SIGXCPU (its default action), so the hard limit's SIGKILL ends it: name it.
+        if not problem and not data and usage.ru_utime + usage.ru_stime >= req["cpu_seconds"]:
+            problem = _CPU_LIMIT
     except BaseException as e:
         problem, data = _SETUP_FAILED, _describe(e).encode()
     finally:
@@ -340,7 +354,7 @@ def _zygote(go_fd: int, request_fd: int, message_fd: int, as_root: bool) -> None
     os._exit(0)
 
 
-# ---- the worker (python -m ifcore.judge.sandbox) --------------------------------------------------------------
+# ---- the worker (Sandbox starts it with _WORKER_MAIN) ---------------------------------------------------------
 
 def _enter_user_namespace() -> None:
     """Without root: become root of a new user namespace (the caller's uid and gid mapped to 0), so that each
@@ -372,16 +386,16 @@ def _worker() -> None:
 
     out = sys.stdout.buffer
     reaper.become_subreaper()
-    for name in _PRELOAD:
-        importlib.import_module(name)
-    Doc("Warm up the splitter. It loads its parameters once.").sentences  # noqa: B018
     as_root = _full_root()
     hardening = {"user": "per-call uid" if as_root else "caller's uid, no capabilities (user namespace)",
                  "namespaces": "pid ipc mount uts net, per call", "network": "namespace",
                  "filesystem": "read-only, private tmpfs", "syscalls": "not filtered"}
     try:
         if not as_root:
-            _enter_user_namespace()
+            _enter_user_namespace()  # before the imports: only a single-threaded process may
+        for name in _PRELOAD:
+            importlib.import_module(name)
+        Doc("Warm up the splitter. It loads its parameters once.").sentences  # noqa: B018
         if os.uname().machine == "x86_64":
             global _SECCOMP
             _SECCOMP = _seccomp_filter()
@@ -420,8 +434,11 @@ def _worker() -> None:
         return _reply(status, problem, data, req)
 
     # A first call proves every step works here (namespaces, mounts, uid, filter): otherwise refuse, saying why.
-    probe = serve(json.dumps({"code": "def probe():\n    return 1", "function": "probe", "args": [], "timeout": 10,
-                              "cpu_seconds": 5, "memory_mb": 1024}).encode())
+    try:
+        probe = serve(json.dumps({"code": "def probe():\n    return 1", "function": "probe", "args": [], "timeout": 10,
+                                  "cpu_seconds": 5, "memory_mb": 1024}).encode())
+    except Exception as e:
+        probe = _result("killed", error=_describe(e))
     if probe != _result("ok", 1):
         out.write((json.dumps({"ready": False, "error": f"the sandbox cannot run a tool here: {probe['error']}"})
                    + "\n").encode())
@@ -460,11 +477,14 @@ def _reply(status: int, problem: int, data: bytes, req: dict) -> dict:
         return _result("timeout", error=f"wall time limit ({req['timeout']} s) exceeded")
     if problem == 2:
         return _result("too_large", error="result too large")
+    if problem == _CPU_LIMIT or not data and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
+    if not data and os.WIFEXITED(status) and os.WEXITSTATUS(status) == _SETUP_EXIT:
+        return _result("killed", error="sandbox setup failed in the tool's process")
     if not data:
-        if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
-            return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
-        how = f"by {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else \
-            f"with status {os.WEXITSTATUS(status)}"
+        sig = os.WTERMSIG(status)
+        how = f"by {({s.value: s.name for s in signal.Signals}).get(sig, f'signal {sig}')}" \
+            if os.WIFSIGNALED(status) else f"with status {os.WEXITSTATUS(status)}"
         return _result("killed", error=f"the tool's process ended {how} before returning a result")
     try:
         return _checked(_parse_json(data, _ENVELOPE_MAX))
@@ -485,16 +505,20 @@ class Sandbox:
         self._workers = 0
         self._idle: queue.Queue = queue.Queue()
         self.hardening: dict = {}
-        for _ in range(workers):
-            self._idle.put(self._start())
-            self._workers += 1
+        try:
+            for _ in range(workers):
+                self._idle.put(self._start())
+                self._workers += 1
+        except BaseException:  # a refusal: the workers already started go too
+            self.close()
+            raise
 
     def _start(self) -> subprocess.Popen:
         # A minimal environment: the worker holds no secret of the caller. Under ifcore.reaper, in a session of
         # its own: a worker that is replaced or stopped leaves nothing behind.
         # The worker imports the caller's own ifcore (the first on its path), in isolated mode all the same.
         proc = reaper.popen([sys.executable, "-I", "-c", _WORKER_MAIN, _ROOT], grace=1, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env={"PATH": SAFE_PATH})
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env=_WORKER_ENV)
         line = _readline(proc, time.monotonic() + 60)
         ready = json.loads(line) if line else {"error": "it did not start (python -I, ifcore.judge.sandbox._worker)"}
         if not ready.get("ready"):
@@ -602,16 +626,17 @@ print(json.dumps(scope[req["function"]](*req["args"])))
 
 
 def run_spawned(code: str, function: str, args: list | tuple = (), timeout: float = 5.0, cpu_seconds: int = 5,
-                memory_mb: int = 1024, helpers: bool = True) -> dict:
+                memory_mb: int = 1024, helpers: bool = True, wrapper: list | tuple = ()) -> dict:
     """One call the slow way, ScopeIF's evaluation pattern: a fresh `python -I` per call with RLIMIT_AS and
-    RLIMIT_CPU and no other hardening; `helpers=False` leaves out word_count and split_sentences."""
+    RLIMIT_CPU and no other hardening; `helpers=False` leaves out word_count and split_sentences; `wrapper`:
+    an argv prefix the interpreter runs under (`ifcore bench sandbox` times bubblewrap's per-call cost)."""
     def limits():
         resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20,) * 2)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
 
     request = {"code": code, "function": function, "args": list(args), "helpers": helpers}
     try:
-        done = subprocess.run([sys.executable, "-I", "-c", _SPAWNED], preexec_fn=limits, capture_output=True,
+        done = subprocess.run([*wrapper, sys.executable, "-I", "-c", _SPAWNED], preexec_fn=limits, capture_output=True,
                               input=json.dumps(request).encode(), timeout=timeout)
     except subprocess.TimeoutExpired:
         return _result("timeout", error=f"wall time limit ({timeout} s) exceeded")
