@@ -255,11 +255,13 @@ def test_eval_scopeif_judges_every_constraint_of_the_sample(server, tmp_path, ca
     formalized = load_formalizations()
     unformalized = sum((i["id"], j) not in formalized for i in instances for j in range(len(i["constraints"])))
     status, out, err = run_cli(capsys, "eval", "scopeif", "--responses", responses, "--output-dir", tmp_path / "bare")
-    assert status == 0 and json.loads(out)["judged_by"]["unjudged"] == unformalized
+    bare = json.loads((tmp_path / "bare" / "summary.json").read_text())
+    assert status == 0 and bare["judged_by"]["unjudged"] == unformalized and f"unjudged {unformalized})" in out
     status, out, err = run_cli(capsys, "eval", "scopeif", "--responses", responses, "--output-dir", tmp_path / "out",
                                "--judge-url", server.url, "--judge-model", "scripted", "--judge-tools", "2")
     assert status == 0, err
-    summary = json.loads(out)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert out.startswith("scopeif: 268 instances scored; 1413 of 1413 constraints judged")
     assert summary["judged_by"] == {"schema": 1413 - unformalized, "tgv": unformalized, "fallback": 0, "unjudged": 0}
     assert summary["judged_constraints"] == summary["constraints"] == 1413 and summary["instances_in_ISR"] == 268
     # the shipped counting objects were used: no target extraction; one tool and one judgment per constraint
