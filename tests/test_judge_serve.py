@@ -190,7 +190,8 @@ def test_eval_scopeif_with_the_served_judge_finishes_and_accounts_for_every_cons
                                "--test", test, "--judge-url", served.base_url, "--judge-model", served.model,
                                "--judge-max-tokens", MAX_TOKENS, "--judge-tools", 1)
     assert status == 0, err
-    summary = json.loads(out)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert out.startswith("scopeif: 2 instances scored; ")
     formalized = load_formalizations()
     constraints = [(i, j) for i in ids for j in range(len(INSTANCES[i]["constraints"]))]
     by = summary["judged_by"]
