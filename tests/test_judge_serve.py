@@ -1,9 +1,10 @@
 """The judge client path for real: SmolLM2-135M-Instruct served on 127.0.0.1 by the engine `--judge-serve` picks
 (vLLM where `make vllm` made its environment, else `transformers serve`), started and stopped by the module's
-fixture: the default test run's one vLLM start (about 2 minutes on two cores), so its tests of vLLM itself live here. A 135M model writes poor tools and rarely a parseable judgment, so these tests
-pin the plumbing, not the quality: every verdict well formed whatever the model wrote, every stage counted, the
-cache answering a re-run, a dead endpoint an unjudged verdict, and `ifcore eval scopeif --judge-url` finishing.
-Replies are cut at MAX_TOKENS and TGV's parse retries are few, so that the file stays short on two cores."""
+fixture: the default test run's one vLLM start (about 2 minutes on two cores), so its tests of vLLM itself live
+here. A 135M model writes poor tools and rarely a parseable judgment, so these tests pin the plumbing, not the
+quality: every verdict well formed whatever the model wrote, every stage counted, the cache answering a re-run, a
+dead endpoint an unjudged verdict, and `ifcore eval scopeif --judge-url` finishing. Replies are cut at MAX_TOKENS
+and TGV's parse retries are few, so that the file stays short on two cores."""
 import ast
 import json
 import os

@@ -23,7 +23,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from pathlib import Path
 
 from ifcore import reaper
 from ifcore.infer.generate import PRECISIONS, Endpoint, GenParams, Local
