@@ -436,7 +436,9 @@ def test_fit_lowers_the_held_out_loss(assets):
 
 def test_the_discriminator_in_bf16_fits_as_fp32_within_tolerance(assets):
     """precision bf16 (autocast on the CPU, fp32 weights and AdamW state): the same 30 steps give held-out losses
-    within 0.02 of fp32's and probabilities within 0.05 (measured 2026-12-05: README)."""
+    within 0.01 of fp32's and token probabilities within 0.015 on average, 0.1 at most (measured 2026-12-05 on
+    this AVX512-BF16 machine: losses 0.7215, 0.6713, 0.6131 against 0.7212, 0.6700, 0.6105; probabilities 0.0050
+    apart on average over 6,947 held-out tokens, 0.035 at the 99th percentile, 0.055 at most)."""
     report = rtt.load_report(assets["disc"])
     logs, probs = {}, {}
     for precision in ("fp32", "bf16"):
@@ -451,9 +453,8 @@ def test_the_discriminator_in_bf16_fits_as_fp32_within_tolerance(assets):
     evals = {p: [r["eval_loss"] for r in log if "eval_loss" in r] for p, log in logs.items()}
     assert len(evals["fp32"]) == len(evals["bf16"]) >= 3
     diff = np.abs(probs["fp32"] - probs["bf16"])
-    print("MEASURE", evals, float(diff.mean()), float(np.percentile(diff, 99)), float(diff.max()))
-    assert np.max(np.abs(np.subtract(evals["fp32"], evals["bf16"]))) < 0.02
-    assert diff.mean() < 0.01 and diff.max() < 0.1
+    assert np.max(np.abs(np.subtract(evals["fp32"], evals["bf16"]))) < 0.01
+    assert diff.mean() < 0.015 and diff.max() < 0.1
     assert rtt.discriminator_key(rtt.DiscConfig(precision="bf16"), assets["model"]) != \
         rtt.discriminator_key(rtt.DiscConfig(), assets["model"])
 
