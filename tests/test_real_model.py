@@ -349,6 +349,31 @@ def test_the_gpu_check_script_runs_on_the_cpu_with_tiny_settings(llama, tmp_path
     assert done.returncode == 2 and "no CUDA device" in done.stderr
 
 
+def test_the_gpu_check_with_random_weights_needs_no_ifcore_and_runs_on_the_cpu(tmp_path):
+    # A bare CUDA machine has torch and transformers but not ifcore's other dependencies: the script alone, run
+    # isolated (-I: no PYTHONPATH, no current directory), imports nothing of ifcore. Two of SmolLM2's 30 layers.
+    out = tmp_path / "check.json"
+    argv = ["gpu_check.py", "--random-weights", "--device", "cpu", "--layers", "2", "--output", str(out),
+            "--batch-sizes", "1,3", "--gen-tokens", "4", "--steps", "1", "--prompts-per-step", "1", "--group-size",
+            "2", "--max-new-tokens", "4", "--lr", "1e-4"]
+    code = ("import runpy, sys\n"
+            f"sys.argv = {argv!r}\n"
+            "try:\n"
+            f"    runpy.run_path({str(ROOT / 'scripts' / 'gpu_check.py')!r}, run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    assert not e.code, e.code\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'ifcore'))\n")
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "[]"
+    report = json.loads(out.read_text())
+    assert report["weights"] == "random" and "SmolLM2-135M's shape (2 layers" in report["model"]
+    assert [(g["batch"], g["tokens"]) for g in report["generate"]] == [(1, 4), (3, 12)]  # every one to the limit
+    assert len(report["grpo"]["step_seconds"]) == 1 and report["grpo"]["seconds_per_step_mean"] > 0
+    assert "stand-in" in report["grpo"]["config"]["reward"]
+
+
 # -- SmolLM2 itself (slow: it loads 135M parameters) --------------------------------------------------------------
 
 @pytest.mark.slow

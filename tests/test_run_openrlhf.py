@@ -500,7 +500,7 @@ def test_evaluate_checkpoint_through_an_endpoint(tmp_path, monkeypatch):
 
     monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))
     local = openrlhf.evaluate_checkpoint(TINY, "ifeval", tmp_path / "local", limit=2, max_new_tokens=16)
-    with serve(str(TINY)) as endpoint:
+    with serve(str(TINY), engine="transformers") as endpoint:
         served = openrlhf.evaluate_checkpoint(TINY, "ifeval", tmp_path / "served", limit=2, max_new_tokens=16,
                                               backend="openai", base_url=endpoint.base_url)
     assert served["generation"]["model"] != local["generation"]["model"]  # not answered from the local cache

@@ -95,6 +95,9 @@ def test_bench_train_times_both_trainers_on_the_same_batch(policy, capsys):
     assert out["trl_over_embedded"] == pytest.approx(out["trl_seconds_per_step"] / out["embedded_seconds_per_step"],
                                                      rel=0.02)
     assert 0 < out["embedded_response_len"] <= 8 and 0 < out["trl_response_len"] <= 8
+    assert len(out["embedded_bf16_seconds"]) == out["steps_timed"] and 0 < out["embedded_bf16_response_len"] <= 8
+    assert out["fp32_over_bf16"] == pytest.approx(out["embedded_seconds_per_step"]
+                                                  / out["embedded_bf16_seconds_per_step"], rel=0.02)
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "train", "--model", "no-org/no-such-model"])
     assert exit_info.value.code == 2 and "no-such-model" in capsys.readouterr().err

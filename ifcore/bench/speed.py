@@ -269,7 +269,8 @@ def sandbox_speed(calls: int = 300, spawned_calls: int = 30, workers: int = 2) -
 
 def train_speed(model: str = "smollm2-135m", prompts: int = 2, group: int = 4, max_new_tokens: int = 64,
                 steps: int = 3, seed: int = 0) -> dict:
-    """`ifcore bench train`: wall seconds per GRPO step of the embedded trainer (ifcore.train.grpo.train) and of
+    """`ifcore bench train`: wall seconds per GRPO step of the embedded trainer (ifcore.train.grpo.train) in fp32
+    and in bf16 (precision "bf16": autocast, fp32 master weights; `fp32_over_bf16` > 1: bf16 is faster) and of
     trl's GRPOTrainer with ifcore.integrations.trl.reward_fn, in one run, on the same model, prompts (ifcore.synth
     rows, the same chat prompt text), batch (prompts x group rollouts) and sequence lengths (max_new_tokens).
 
@@ -294,6 +295,7 @@ def train_speed(model: str = "smollm2-135m", prompts: int = 2, group: int = 4, m
     from transformers import AutoTokenizer
 
     import ifcore.train  # noqa: F401 - registers `tiny`
+    from ifcore.infer.generate import bf16_native
     from ifcore.infer.registry import resolve
     from ifcore.integrations.trl import reward_fn
     from ifcore.train.grpo import load_config, train
@@ -308,14 +310,18 @@ def train_speed(model: str = "smollm2-135m", prompts: int = 2, group: int = 4, m
     with tempfile.TemporaryDirectory(prefix="ifcore-bench-train-") as tmp, contextlib.redirect_stdout(sys.stderr):
         data = Path(tmp) / "train.jsonl"
         data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        cfg = load_config(None, model=path, train_data=str(data), test_data=str(data), output_dir=f"{tmp}/embedded",
-                          steps=steps + 1, seed=seed, prompts_per_step=prompts, group_size=group,
-                          max_new_tokens=max_new_tokens, ppo_epochs=epochs, kl_coef=kl, lr=lr, threads=threads,
-                          eval_prompts=1, eval_samples=1, eval_every=steps + 1, save_every=steps + 1)
-        clock = (time.perf_counter(), time.process_time())
-        metrics = train(cfg, progress=False)
-        shares = [(time.process_time() - clock[1]) / (time.perf_counter() - clock[0])]
-        embedded = [r for r in map(json.loads, metrics.read_text().splitlines()) if r["type"] == "train"][1:]
+        embedded, shares = {}, {}
+        for precision in ("fp32", "bf16"):  # issue 25: the embedded trainer under bf16 autocast, same batch
+            cfg = load_config(None, model=path, train_data=str(data), test_data=str(data),
+                              output_dir=f"{tmp}/embedded-{precision}", steps=steps + 1, seed=seed,
+                              prompts_per_step=prompts, group_size=group, max_new_tokens=max_new_tokens,
+                              ppo_epochs=epochs, kl_coef=kl, lr=lr, threads=threads, eval_prompts=1, eval_samples=1,
+                              eval_every=steps + 1, save_every=steps + 1, precision=precision)
+            clock = (time.perf_counter(), time.process_time())
+            metrics = train(cfg, progress=False)
+            shares[precision] = (time.process_time() - clock[1]) / (time.perf_counter() - clock[0])
+            embedded[precision] = [r for r in map(json.loads, metrics.read_text().splitlines())
+                                   if r["type"] == "train"][1:]
 
         seconds = {}
 
@@ -342,19 +348,23 @@ def train_speed(model: str = "smollm2-135m", prompts: int = 2, group: int = 4, m
                                   processing_class=tokenizer, callbacks=[StepTimes()])
         clock = (time.perf_counter(), time.process_time())
         trainer.train()
-        shares.append((time.process_time() - clock[1]) / (time.perf_counter() - clock[0]))
+        shares["trl"] = (time.process_time() - clock[1]) / (time.perf_counter() - clock[0])
     per_step = [seconds[s] + seconds[s + 1] for s in range(1, (steps + 1) * epochs, epochs)][1:]
     trl_lengths = [log["completions/mean_length"] for log in trainer.state.log_history
                    if "completions/mean_length" in log][1:]
-    embedded_s = statistics.median(r["step_seconds"] for r in embedded)
+    embedded_s, bf16_s = (statistics.median(r["step_seconds"] for r in embedded[p]) for p in ("fp32", "bf16"))
     trl_s = statistics.median(per_step)
     return {"benchmark": "train", "model": model, "threads": threads, "prompts": prompts, "group_size": group,
             "rollouts_per_step": prompts * group, "max_new_tokens": max_new_tokens, "ppo_epochs": epochs,
-            "steps_timed": steps, "trl_version": trl.__version__,
-            "embedded_seconds": [r["step_seconds"] for r in embedded],
+            "steps_timed": steps, "trl_version": trl.__version__, "bf16_native": bf16_native(),
+            "embedded_seconds": [r["step_seconds"] for r in embedded["fp32"]],
+            "embedded_bf16_seconds": [r["step_seconds"] for r in embedded["bf16"]],
             "trl_seconds": [round(s, 3) for s in per_step],
-            "embedded_seconds_per_step": round(embedded_s, 3), "trl_seconds_per_step": round(trl_s, 3),
-            "trl_over_embedded": round(trl_s / embedded_s, 2),
-            "embedded_cpu_share": round(shares[0], 2), "trl_cpu_share": round(shares[1], 2),
-            "embedded_response_len": round(statistics.mean(r["response_len"] for r in embedded), 1),
+            "embedded_seconds_per_step": round(embedded_s, 3), "embedded_bf16_seconds_per_step": round(bf16_s, 3),
+            "trl_seconds_per_step": round(trl_s, 3), "trl_over_embedded": round(trl_s / embedded_s, 2),
+            "fp32_over_bf16": round(embedded_s / bf16_s, 2),
+            "embedded_cpu_share": round(shares["fp32"], 2), "embedded_bf16_cpu_share": round(shares["bf16"], 2),
+            "trl_cpu_share": round(shares["trl"], 2),
+            "embedded_response_len": round(statistics.mean(r["response_len"] for r in embedded["fp32"]), 1),
+            "embedded_bf16_response_len": round(statistics.mean(r["response_len"] for r in embedded["bf16"]), 1),
             "trl_response_len": round(statistics.mean(trl_lengths), 1)}

@@ -35,18 +35,37 @@ class GenParams:
     chat_template_kwargs: dict = field(default_factory=dict)  # e.g. {"enable_thinking": False}
 
 
-class Local:
-    """In-process transformers: left-padded batches (the caller sorts inputs by length), KV cache, stop at EOS."""
+PRECISIONS = ("fp32", "bf16")
 
-    def __init__(self, name: str | os.PathLike, batch_size: int = 32, device: str | None = None):
-        self.path, self.batch_size, self.device = resolve(name), batch_size, device
-        self.model_id = model_id(name)
+
+def bf16_native() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX), per /proc/cpuinfo's flags; elsewhere bf16
+    runs, slower than fp32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+class Local:
+    """In-process transformers: left-padded batches (the caller sorts inputs by length), KV cache, stop at EOS.
+    `precision` on a CPU: fp32 (the default), or bf16 (weights and compute in bf16, as on CUDA, where it is always
+    bf16); bf16 completions are cached apart (`+bf16` in the model id)."""
+
+    def __init__(self, name: str | os.PathLike, batch_size: int = 32, device: str | None = None,
+                 precision: str = "fp32"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision: one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.path, self.batch_size, self.device, self.precision = resolve(name), batch_size, device, precision
+        self.model_id = model_id(name) + ("+bf16" if precision == "bf16" else "")
 
     def complete(self, inputs: list, params: GenParams, seeds: list[int]) -> list[tuple[str, int]]:
         """(text, generated tokens) per input; one batch, sampled with the first seed (torch has one generator)."""
         import torch
 
-        model, tokenizer = _load(str(self.path), self.model_id, self.device)
+        model, tokenizer = _load(str(self.path), self.model_id, self.device, self.precision)
         texts = [render(tokenizer, x, params.chat_template_kwargs) for x in inputs]
         # A chat template writes its own special tokens; a raw prompt gets the tokenizer's (a BOS, for some).
         batch = tokenizer(texts, return_tensors="pt", padding=True,
@@ -214,7 +233,8 @@ def _generate(backend, inputs: list, params: GenParams, cache: bool, bar) -> lis
 
 
 @lru_cache(maxsize=1)
-def _load(path: str, model_id: str, device: str | None):  # model_id: a folder rewritten in place is reloaded
+def _load(path: str, model_id: str, device: str | None, precision: str = "fp32"):  # model_id: a folder rewritten
+    # in place is reloaded
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -223,7 +243,7 @@ def _load(path: str, model_id: str, device: str | None):  # model_id: a folder r
     tokenizer.padding_side = "left"  # generation appends on the right
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    dtype = torch.bfloat16 if device.startswith("cuda") or precision == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device).eval()
     return model, tokenizer
 

@@ -182,10 +182,10 @@ def judge_session(base_url: str | None = None, model: str | None = None, serve: 
                   mode: str = "tgv", concurrency: int = 8, tools: int = 2, max_tokens: int = 4096,
                   retries: int | None = None, **settings):
     """A TGV judge for a block: a JudgeClient on `base_url` / `model` (default $IFCORE_JUDGE_URL /
-    $IFCORE_JUDGE_MODEL), or on a registry model `serve`d for the block by `transformers serve` on loopback
-    (ifcore.infer.serve), and a sandbox of `tools` workers; all stopped on exit. `retries`: resamples of an
-    unparsable reply at every stage (None: the reference code's, 1 at the tool and 2 at the judgment). `settings` go to
-    JudgeClient."""
+    $IFCORE_JUDGE_MODEL), or on a registry model `serve`d for the block on loopback (ifcore.infer.serve: vLLM
+    where its environment exists, else `transformers serve`), and a sandbox of `tools` workers; all stopped on
+    exit. `retries`: resamples of an unparsable reply at every stage (None: the reference code's, 1 at the tool
+    and 2 at the judgment). `settings` go to JudgeClient."""
     from ifcore.judge.client import JudgeClient
     from ifcore.judge.sandbox import Sandbox
 
@@ -198,7 +198,9 @@ def judge_session(base_url: str | None = None, model: str | None = None, serve: 
 
             endpoint = stack.enter_context(serve_model(serve))
             base_url, model = endpoint.base_url, endpoint.model
-            concurrency = 1  # transformers serve answers one request at a time: more would only queue into timeouts
+            # vLLM batches concurrent requests; transformers serve answers one at a time (its Endpoint says 1): more
+            # would only queue into timeouts
+            concurrency = min(concurrency, endpoint.concurrency)
         client = JudgeClient(base_url, model, concurrency=concurrency, **settings)
         sandbox = stack.enter_context(Sandbox(workers=tools)) if mode != "llm" else None
         tries = {} if retries is None else {"generation_retries": retries, "critique_retries": retries}

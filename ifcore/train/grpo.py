@@ -9,7 +9,8 @@ with a k3 KL penalty to the frozen initial policy (RAIF eq. 1-3; ScopeIF appendi
 Everything random is a function of (seed, step): the prompt order, the sampling noise, and nothing else. So a
 run killed after any checkpoint and started again with the same command continues exactly where the
 checkpoint left it, and its metrics rows equal those of a run that was never stopped (timings aside).
-On CUDA the weights stay fp32 and every forward pass runs under bf16 autocast; on CPU everything is fp32.
+On CUDA the weights stay fp32 and every forward pass runs under bf16 autocast; on CPU everything is fp32 unless
+`precision` is "bf16" (issue 25: then the CPU does as CUDA does; fp32 master weights and AdamW state).
 
 RAIF (notebook 02): with reward "raif" the prompt is RAIF's CoT prompt (sft.raif_prompt) and the format gate wants
 `<think>...</think><answer>...</answer>` (eq. 4); empty or placeholder reasoning gets R_accuracy -2 (the authors'
@@ -58,6 +59,7 @@ from ifcore.train import TRAINER_VERSION
 from ifcore.progress import bar as progress_bar
 from ifcore.verify import VERIFY_VERSION
 # generate lives with the policy (model.py), below both this loop and the RTT data builder that samples with it
+from ifcore.train.model import autocast as bf16_autocast
 from ifcore.train.model import chat_prompt, generate, load_lora_policy, load_policy, think_gate
 from ifcore.train import rtt
 from ifcore.train.sft import NOTHINK_PREFIX, bc_loss, expert_batch, raif_prompt
@@ -142,6 +144,8 @@ class TrainConfig:
                                            "(q_proj,v_proj)")
     generate_batch: int = _arg(0, "sequences per generate call in rollouts and evaluation; 0: all at once (a "
                                   "chunked run samples other noise than an unchunked one)")
+    precision: str = _arg("fp32", "CPU compute: fp32 | bf16 (forward passes under bf16 autocast, fp32 master weights "
+                                  "and optimizer state; fast on CPUs with AVX512-BF16 or AMX). CUDA is always bf16")
 
 
 _AT_LEAST_1 = (lambda v: v >= 1, "at least 1")
@@ -173,6 +177,7 @@ LIMITS.update({
     "lora_r": (lambda v: v >= 0, "at least 0 (0: full fine-tuning)"), "lora_alpha": _POSITIVE,
     "lora_targets": (lambda v: v.strip(" ,") != "", "all-linear or module names"),
     "generate_batch": (lambda v: v >= 0, "at least 0 (0: all at once)"),
+    "precision": (lambda v: v in ("fp32", "bf16"), "fp32 or bf16"),
 })
 
 
@@ -285,6 +290,8 @@ def run_identity(cfg: TrainConfig, paths: dict) -> tuple[dict, str]:
     from ifcore.train.sft import WarmStartConfig
 
     identity = {k: v for k, v in asdict(cfg).items() if k not in ("output_dir", "warm_start")}
+    if cfg.precision == "fp32":  # the default keeps the identities (and cached runs) made before the option existed
+        del identity["precision"]
     if cfg.model is None:
         identity |= {f"warm_start.{k}": v for k, v in asdict(WarmStartConfig(**cfg.warm_start)).items()}
     else:
@@ -707,7 +714,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext())
+        autocast = bf16_autocast(device, cfg.precision)
 
         # ---- data and the initial policy (the default ones are built once and cached) ----
         paths = resolve_paths(cfg, progress)
@@ -759,6 +766,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         if cfg.token_advantages in ("rtt", "rtt_inter"):
             discriminator = rtt.Discriminator.from_pretrained(cfg.rtt_discriminator, device)
             discriminator.eval().requires_grad_(False)
+            discriminator.precision = cfg.precision
             discriminator.check_tokenizer(tokenizer)
         opt = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=cfg.lr,
                                 weight_decay=cfg.weight_decay)

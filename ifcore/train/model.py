@@ -146,6 +146,13 @@ def think_gate(tokenizer, think: bool) -> str:
     return "none" if not think else "required" if has_think_switch(tokenizer) else "auto"
 
 
+def autocast(device, precision: str = "fp32"):
+    """The forward passes' autocast: bf16 on CUDA always, on a CPU with precision "bf16" (fp32 weights and
+    optimizer state stay the master copy); otherwise off (fp32)."""
+    device = torch.device(device)
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" or precision == "bf16")
+
+
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, device, autocast,
              sample: bool, temperature: float = 1.0, top_p: float = 1.0, batch: int = 0):
     """Rollouts with the KV cache, `batch` sequences per generate call (0: all in one):

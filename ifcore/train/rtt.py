@@ -30,7 +30,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -51,7 +50,7 @@ from ifcore.rtt_labels import (CLASSES, LABELS, annotation_prompt, criteria_text
 from ifcore.schema import Constraint
 from ifcore.progress import bar as progress_bar
 from ifcore.text import Doc, reasoning_end, word_spans
-from ifcore.train.model import THINK_CLOSE
+from ifcore.train.model import THINK_CLOSE, autocast
 from ifcore.verify import VERIFY_VERSION, verify_all
 
 PROMPT = ("Identify which tokens in the response are relevant to the criteria.\n\nCriteria: {criteria}\n\n"
@@ -191,6 +190,7 @@ class DiscConfig:
     max_response_tokens: int = 128  # longer responses are cut (the policy writes at most max_new_tokens)
     eval_every: int = 50  # held-out loss and AUROC every N steps
     seed: int = 0
+    precision: str = "fp32"  # CPU compute: fp32, or bf16 autocast (fp32 master weights; issue 25); CUDA: always bf16
 
 
 def build_pairs(cfg: DiscConfig, policy_path, device: str = "cpu", progress: bool = True) -> list[dict]:
@@ -230,7 +230,7 @@ def build_pairs(cfg: DiscConfig, policy_path, device: str = "cpu", progress: boo
                 responses.append((i, "modified", prefix + new))
     policy, tokenizer = load_policy(policy_path, device)
     policy.eval()
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+    forward = autocast(device, cfg.precision)
     asks = []
     for i, inst in enumerate(insts):
         for _ in range(cfg.policy_samples):
@@ -240,7 +240,7 @@ def build_pairs(cfg: DiscConfig, policy_path, device: str = "cpu", progress: boo
     for a in progress_bar(range(0, len(asks), 64), desc="rtt data: policy", enabled=progress):
         chunk = asks[a:a + 64]
         prompts = [chat_prompt(tokenizer, p, think=cfg.think) for _, _, p in chunk]
-        texts = generate(policy, tokenizer, prompts, cfg.max_new_tokens, device, autocast, sample=True)[4]
+        texts = generate(policy, tokenizer, prompts, cfg.max_new_tokens, device, forward, sample=True)[4]
         responses += [(i, source, text) for (i, source, _), text in zip(chunk, texts)]
     pairs = []
     for i, source, text in responses:
@@ -288,6 +288,7 @@ class Discriminator(torch.nn.Module):
         self.score = torch.nn.Linear(hidden, 1, bias=False)
         torch.nn.init.normal_(self.score.weight, std=1 / (hidden + 1))  # as OpenRLHF's value heads
         self._prompts: dict[str, list[int]] = {}
+        self.precision = "fp32"  # the forward passes' on a CPU (ifcore.train.model.autocast); CUDA: bf16
 
     @classmethod
     def from_backbone(cls, name, seed: int = 0, device="cpu") -> "Discriminator":
@@ -358,7 +359,7 @@ class Discriminator(torch.nn.Module):
         for a in range(0, len(order), batch_size):
             chunk = order[a:a + batch_size]
             ids, attention = _pad([sequences[i][0] for i in chunk], pad, device)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            with autocast(device, self.precision):
                 p = torch.sigmoid(self(ids, attention)).cpu().numpy()
             for row, i in enumerate(chunk):
                 seq, n_prompt = sequences[i]
@@ -402,7 +403,7 @@ class Discriminator(torch.nn.Module):
             r_ids, r_mask = _pad([cut[i] for i in index], pad, device)
             positions = torch.tensor([len(prompts[k]) for k in which.tolist()], device=device)[:, None] + \
                 torch.arange(r_ids.shape[1], device=device)[None]
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            with autocast(device, self.precision):
                 out = self.backbone(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
                                     use_cache=True)
                 cache = out["cache"] if "cache" in out else out["past_key_values"]  # transformers 5 renamed it
@@ -469,7 +470,7 @@ def fit(disc: Discriminator, train: list[dict], steps: int, batch_size: int = 32
             n = e["n_prompt"]
             target[row, n:n + len(e["labels"])] = torch.tensor(e["labels"], dtype=torch.float32)
             valid[row, n:n + len(e["labels"])] = True
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        with autocast(device, disc.precision):
             logits = disc(ids, attention)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits[valid], target[valid])
         opt.zero_grad(set_to_none=True)
@@ -710,7 +711,10 @@ def discriminator_key(cfg: DiscConfig, policy_path) -> str:
     from ifcore.infer.registry import checksums
     from ifcore.train import TRAINER_VERSION
 
-    spec = {"config": asdict(cfg), "policy": hashlib.sha256(checksums(Path(policy_path)).encode()).hexdigest(),
+    config = asdict(cfg)
+    if cfg.precision == "fp32":  # the default keeps the keys (and cached discriminators) made before the option
+        del config["precision"]
+    spec = {"config": config, "policy": hashlib.sha256(checksums(Path(policy_path)).encode()).hexdigest(),
             "rtt": RTT_VERSION, "trainer": TRAINER_VERSION, "synth": synth.SYNTH_VERSION, "verify": VERIFY_VERSION}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
 
@@ -730,6 +734,7 @@ def train_discriminator(cfg: DiscConfig, policy_path, root, device: str = "cpu",
     pairs = build_pairs(cfg, policy_path, device, progress)
     t_data = time.time() - t0
     disc = Discriminator.from_backbone(cfg.backbone or policy_path, seed=cfg.seed, device=device)
+    disc.precision = cfg.precision
     encoded = [encode(disc, p, cfg.max_response_tokens) for p in pairs]
     train = [e for p, e in zip(pairs, encoded) if p["split"] == "train"]
     held = [e for p, e in zip(pairs, encoded) if p["split"] != "train"]
