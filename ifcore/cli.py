@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("train", help="GRPO on the embedded policy (or --model NAME); writes DIR/metrics.jsonl",
                        description="Precedence: TrainConfig defaults < the --config file < the flags given.")
-    if next((a for a in argv if not a.startswith("-")), None) == "train":  # TrainConfig's module imports torch
-        from ifcore.train.grpo import TrainConfig
+    if next((a for a in argv if not a.startswith("-")), None) == "train":  # only then: its flags are many
+        from ifcore.train.config import TrainConfig  # plain data: --help never loads torch
 
         p.add_argument("--config", help="JSON or YAML file of TrainConfig fields")
         _add_dataclass_flags(p, TrainConfig)
@@ -276,7 +276,8 @@ def _run(args) -> int:
         print(text)
         return 0 if ok else 1
     if args.command == "train":
-        from ifcore.train.grpo import load_config, train
+        from ifcore.train.config import load_config
+        from ifcore.train.grpo import train
 
         flags = {k: v for k, v in vars(args).items() if k not in ("command", "config")}
         train(load_config(args.config, **flags))

@@ -347,3 +347,11 @@ def test_every_option_has_a_help_line_that_shows_its_default(monkeypatch):
                if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS
                and (not a.help or (a.default not in (None, False, argparse.SUPPRESS) and "default" not in a.help))]
     assert len(subcommands) >= 13 and lacking == []
+
+
+def test_train_help_lists_every_field_without_loading_torch():
+    code = ("import sys\nfrom ifcore import cli\ntry:\n    cli.main(['train', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.splitlines()[-1] == "False False"
+    assert "--precision" in done.stdout and "--warm-start JSON" in done.stdout and "(default: 30)" in done.stdout

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -30,6 +29,7 @@ import torch
 from ifcore.train.model import EMPTY_THINK, build_policy, chat_prompt, train_tokenizer
 from ifcore.progress import bar as progress_bar
 from ifcore.verify import VERIFY_VERSION
+from ifcore.train.config import WarmStartConfig  # noqa: F401 - its old home
 
 # RAIF's CoT trigger, the system turn of its RL prompts (the authors' code; ifcore.bench.cot_study.COT_SYSTEM, the
 # preliminary study's CoT mode, is the same text, which the train part may not import): reason in <think>, answer
@@ -72,40 +72,6 @@ def bc_loss(logits, labels):
     keep = target != -100
     logp = logits[:, :-1].float().log_softmax(-1).gather(-1, target.clamp(min=0)[..., None]).squeeze(-1)
     return -(logp * keep).sum(), keep.sum()
-
-
-@dataclass
-class WarmStartConfig:
-    # the model: about 0.5M parameters, half of them the tied embedding
-    vocab_size: int = 1024
-    hidden_size: int = 128
-    layers: int = 2
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate_size: int = 384
-    max_positions: int = 512
-    # behaviour cloning
-    pairs: int = 20000
-    steps: int = 1500
-    batch_size: int = 32
-    lr: float = 3e-3
-    seed: int = 0
-    # the prompt formats (module docstring): the share of pairs in RAIF's CoT format, and the share of those with
-    # the empty think block in the prompt
-    raif_share: float = 0.5
-    raif_nothink_share: float = 0.25
-    # the default dataset (ScopeInstruct-style rows from ifcore.synth)
-    train_rows: int = 4000
-    test_rows: int = 256
-
-
-# What each WarmStartConfig field admits, checked when a TrainConfig is loaded (grpo.load_config): (test, what).
-LIMITS = {name: (lambda v: v >= 1, "at least 1") for name in
-          ("vocab_size", "hidden_size", "layers", "heads", "kv_heads", "intermediate_size", "max_positions", "pairs",
-           "steps", "batch_size", "train_rows", "test_rows")}
-LIMITS["seed"] = (lambda v: v >= 0, "at least 0")
-LIMITS["lr"] = (lambda v: 0 < v < math.inf, "a finite number > 0")
-LIMITS["raif_share"] = LIMITS["raif_nothink_share"] = (lambda v: 0 <= v <= 1, "in [0, 1]")
 
 
 def warm_start(pairs: list[dict], cfg: WarmStartConfig, out_dir, progress: bool = True) -> Path:
