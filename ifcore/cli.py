@@ -40,10 +40,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("eval", help="score JSONL {prompt, response} on a benchmark with its official checkers, or "
                                     "generate them with --model first")
-    p.add_argument("what", choices=["ifeval", "ifbench", "scopeif"],
+    p.add_argument("what", choices=["ifeval", "ifbench", "scopeif", "muldimif", "followbench"],
                    help="the benchmark whose shipped prompts are scored")
     p.add_argument("--responses", help="JSONL {prompt, response}, the official input format "
-                                       "(scopeif: {id or prompt, response})")
+                                       "(scopeif: {id or prompt, response}; muldimif: {id, response})")
     p.add_argument("--model", help="instead of --responses: generate them with this model (cached; written to "
                                    "OUTPUT_DIR/responses.jsonl), then score")
     p.add_argument("--limit", type=int, help="--model: a seeded subset of N prompts, scored alone")
@@ -58,7 +58,16 @@ def main(argv: list[str] | None = None) -> int:
                         "keywords:letter_frequency kwarg; 'paper' (default) seeds the draws as the IFEval paper's "
                         "run, an integer seeds them, 'none' reads the character literally as the current official "
                         "code does")
-    p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
+    p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances); "
+                                  "muldimif: an official test.json (default: the shipped one)")
+    p.add_argument("--mode", choices=["official", "corrected"], default="official",
+                   help="muldimif: official (default) reproduces the official scorer, quirks included; corrected "
+                        "judges what the schema expresses through ifcore.verify and counts where the modes differ")
+    p.add_argument("--max-prompt-tokens", type=int,
+                   help="muldimif/followbench --model, local backend: skip prompts longer than this many tokens "
+                        "(default: the model's context, max_position_embeddings); the summary counts them")
+    p.add_argument("--judge-template", help="followbench: a text file with the judge prompt ({kind}, {level}, "
+                                            "{steps}, {answer}); default: ours (ifcore.bench.followbench)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
     _add_generation_flags(p)
     _add_judge_flags(p)
@@ -249,6 +258,10 @@ def _run(args) -> int:
             raise ValueError(f"--letter-seed: expected paper, none or an integer, got {seed!r}")
         run_benchmark(args.what, *_ifeval_like(args.what), Path(args.responses), Path(args.output_dir),
                       letter_seed=None if seed is None else int(seed), on_duplicate=args.on_duplicate)
+        return 0
+    if args.command == "eval" and args.what in ("muldimif", "followbench"):
+        summary = _eval_new(args, args.responses)
+        print(json.dumps({k: v for k, v in summary.items() if not k.startswith("by_")}, indent=1))
         return 0
     if args.command == "eval" and args.what == "scopeif":
         from ifcore.bench.scopeif import evaluate
@@ -449,6 +462,8 @@ def _eval_model(args) -> int:
 
     backend, params = _generation(args)
     out = Path(args.output_dir)
+    if args.what in ("muldimif", "followbench"):
+        return _eval_new_model(args, backend, params)
     if args.what == "scopeif":
         from ifcore.bench.scopeif import evaluate, load_test
 
@@ -495,6 +510,101 @@ def _eval_model(args) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     shown = {k: v for k, v in summary.items() if k not in ("by_category", "by_instruction")}
     print(json.dumps(shown, indent=1))
+    return 0
+
+
+def _eval_new(args, responses, skipped: dict | None = None) -> dict:
+    """Score MulDimIF or FollowBench responses (a JSONL file) into --output-dir."""
+    from pathlib import Path
+
+    if args.what == "muldimif":
+        from ifcore.bench.muldimif import evaluate
+
+        return evaluate(responses, args.output_dir, mode=args.mode, test_path=args.test,
+                        on_duplicate=args.on_duplicate, skipped=skipped)
+    import os
+
+    from ifcore.bench.followbench import JUDGE_TEMPLATE, evaluate
+
+    template = JUDGE_TEMPLATE
+    if args.judge_template:
+        with open(args.judge_template, encoding="utf-8") as f:
+            template = f.read()
+    judge = None
+    if args.judge_serve:
+        raise ValueError("--judge-serve: not for followbench; serve the judge yourself and give --judge-url")
+    if args.judge_url or os.environ.get("IFCORE_JUDGE_URL"):
+        from ifcore.judge.client import JudgeClient
+
+        judge = JudgeClient(args.judge_url, args.judge_model, concurrency=args.judge_concurrency)
+    with _endpoint_errors(args):
+        summary = evaluate(responses, args.output_dir, judge=judge, judge_template=template,
+                           on_duplicate=args.on_duplicate)
+    if skipped:
+        summary["skipped"] = skipped
+        (Path(args.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
+def _eval_new_model(args, backend, params) -> int:
+    """`ifcore eval muldimif|followbench --model`: generate (cached) for every prompt (or a --limit subset, drawn
+    as for the other benchmarks), skip prompts longer than the model's context (counted), score, time both."""
+    import random
+    import time
+    from pathlib import Path
+
+    from ifcore.infer.generate import Local, generate
+
+    if args.what == "muldimif":
+        from ifcore.bench.muldimif import load_items
+
+        rows = [{"id": x["id"], "input": x["conversations"]} for x in load_items(args.test)]
+    else:
+        from ifcore.bench.followbench import load
+
+        rows = [{"prompt": x["instruction"], "input": x["instruction"]} for x in load() if x["level"] > 0]
+    everything = len(rows)
+    if args.limit is not None and args.limit < len(rows):  # in benchmark order
+        rows = [rows[i] for i in sorted(random.Random(args.subset_seed).sample(range(len(rows)), args.limit))]
+    skipped = None
+    if isinstance(backend, Local):
+        from transformers import AutoConfig, AutoTokenizer
+
+        from ifcore.infer.generate import render
+
+        tokenizer = AutoTokenizer.from_pretrained(str(backend.path), local_files_only=True)
+        limit = args.max_prompt_tokens or AutoConfig.from_pretrained(str(backend.path)).max_position_embeddings
+        lengths = [len(tokenizer(render(tokenizer, r["input"], params.chat_template_kwargs),
+                                 add_special_tokens=not tokenizer.chat_template).input_ids) for r in rows]
+        long = [r for r, n in zip(rows, lengths) if n > limit]
+        rows = [r for r, n in zip(rows, lengths) if n <= limit]
+        skipped = {"prompts_longer_than": limit, "count": len(long),
+                   "ids": [r.get("id", r.get("prompt", "")[:80]) for r in long]}
+        if long:
+            print(f"skipped {len(long)} prompts longer than {limit} tokens (not generated, not scored)",
+                  file=sys.stderr)
+    start = time.perf_counter()
+    with _endpoint_errors(args):
+        completions = generate(backend, [r["input"] for r in rows], params, cache=not args.no_cache,
+                               with_tokens=True)
+    generated = time.perf_counter() - start
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    key = "id" if args.what == "muldimif" else "prompt"
+    responses = out / "responses.jsonl"
+    with open(responses, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({key: r[key], "response": text}, ensure_ascii=False) + "\n"
+                     for r, (text, _) in zip(rows, completions))
+    start = time.perf_counter()
+    summary = _eval_new(args, responses, skipped)
+    from dataclasses import asdict
+
+    summary["generation"] = {"model": backend.model_id, "params": asdict(params), "prompts": len(rows),
+                             "of": everything, "subset_seed": args.subset_seed if args.limit else None,
+                             "reached_max_new_tokens": sum((n or 0) >= params.max_new_tokens for _, n in completions),
+                             "seconds": round(generated, 1), "scoring_seconds": round(time.perf_counter() - start, 2)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps({k: v for k, v in summary.items() if not k.startswith("by_")}, indent=1))
     return 0
 
 

@@ -46,6 +46,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+from ifcore.jsonl import JsonlError, iter_jsonl
+
 DATA = Path(str(resources.files("ifcore") / "data" / "muldimif"))
 TEST = DATA / "test.json.gz"
 
@@ -338,18 +340,18 @@ def _word_table_cells(text: str, target: str) -> list[str]:
     return chosen or cells
 
 
-def length_words(constraint: str, text: str) -> bool:
-    """Length_Words: a word count in range (whitespace tokens, or CJK characters when there are any)."""
-    if re.search(r"\beach\b", constraint, re.I):
-        return _words_each(constraint, text)
+def _word_limits(constraint: str) -> dict:
+    """What the official Length_Words reads from a constraint without "each": an exact count, word and sentence
+    bounds, and quoted strings."""
     c = constraint.lower().strip('"').strip()
     c = re.sub(r"\s+", " ", c).replace("-word", " word").replace("a total of ", "").replace("words", "word") \
         .replace("a single", "exactly one").strip()
-    n = len(_CJK.findall(text)) if _CJK.search(text) else len(text.split())
+    out = {"exact": None, "lo": None, "hi": None, "s_lo": None, "s_hi": None,
+           "quoted": [m.group(1) for m in re.finditer(r"[\"']([^\']*)[\"']", c)]}
     if m := re.search(r"exactly\s+([a-z0-9-, ]+?)\s+(\S+)", c):
-        exact = _number(m.group(1), _UP_TO_HUNDRED)
-        if exact is not None:
-            return n == exact
+        out["exact"] = _number(m.group(1), _UP_TO_HUNDRED)
+        if out["exact"] is not None:
+            return out
     lo = hi = None
     for p in (r"between\s+([a-z0-9-– ]+?)\s+to\s+([a-z0-9-– ]+?)(?=\s*word|$|\b)",
               r"between\s+([a-z0-9-– ]+?)\s+and\s+([a-z0-9-– ]+?)(?=\s*word|$|\b)",
@@ -373,18 +375,28 @@ def length_words(constraint: str, text: str) -> bool:
     for p in (r"(?:最多)([0-9]+)(?:个|字)", r"(?:在)([0-9]+)\s*(?:个单词以内|个字以内|字以内|单词以内|词以内|字)"):
         if hi is None and (m := re.search(p, c)):
             hi = _number(m.group(1), _UP_TO_HUNDRED)
-    s_lo = s_hi = None
+    out.update(lo=lo, hi=hi)
     if m := re.search(r"(?:at\s+least|minimum\s+of)\s+(\S+)\s+sentence", c):
-        s_lo = _number(m.group(1), _UP_TO_HUNDRED)
+        out["s_lo"] = _number(m.group(1), _UP_TO_HUNDRED)
     if m := re.search(r"(?:not\s+exceed|at\s+most|no\s+more\s+than|maximum\s+of|maximum\s+length\s+of|"
                       r"no\s+longer\s+than)\s+(\S+)\s+sentence", c):
-        s_hi = _number(m.group(1), _UP_TO_HUNDRED)
-    for m in re.finditer(r"[\"']([^\']*)[\"']", c):  # every quoted string must occur
-        if not _keyword_pattern(m.group(1)).findall(text):
-            return False
+        out["s_hi"] = _number(m.group(1), _UP_TO_HUNDRED)
+    return out
+
+
+def length_words(constraint: str, text: str) -> bool:
+    """Length_Words: a word count in range (whitespace tokens, or CJK characters when there are any)."""
+    if re.search(r"\beach\b", constraint, re.I):
+        return _words_each(constraint, text)
+    w = _word_limits(constraint)
+    n = len(_CJK.findall(text)) if _CJK.search(text) else len(text.split())
+    if w["exact"] is not None:
+        return n == w["exact"]
+    if any(not _keyword_pattern(q).findall(text) for q in w["quoted"]):  # every quoted string must occur
+        return False
     stops = len(re.findall(r"[.!?]+", text))
-    return not ((lo is not None and n < lo) or (hi is not None and n > hi)
-                or (s_lo is not None and stops < s_lo) or (s_hi is not None and stops > s_hi))
+    return not ((w["lo"] is not None and n < w["lo"]) or (w["hi"] is not None and n > w["hi"])
+                or (w["s_lo"] is not None and stops < w["s_lo"]) or (w["s_hi"] is not None and stops > w["s_hi"]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -436,14 +448,17 @@ def _bounds(match: re.Match, kind: str, words: dict, int_range: bool = False):
     return {"exact": (n, n), "min": (n, None), "max": (None, n)}[kind]
 
 
-def length_sentences(constraint: str, text: str) -> bool:
-    """Length_Sentences: the count of runs ending in . ! ? in range; an unreadable phrasing passes."""
+def _sentence_bounds(constraint: str) -> tuple[int | None, int | None]:
     c = constraint.lower().strip()
-    lo = hi = None
     for pattern, kind in _SENTENCE_LIMITS:
         if m := re.search(pattern, c):
-            lo, hi = _bounds(m, kind, _S_WORDS)
-            break
+            return _bounds(m, kind, _S_WORDS)
+    return None, None
+
+
+def length_sentences(constraint: str, text: str) -> bool:
+    """Length_Sentences: the count of runs ending in . ! ? in range; an unreadable phrasing passes."""
+    lo, hi = _sentence_bounds(constraint)
     n = len([s for s in re.findall(r"[^.!?]*[.!?]", text) if s.strip()])
     return not ((lo is not None and n < lo) or (hi is not None and n > hi))
 
@@ -467,14 +482,17 @@ _PARAGRAPH_LIMITS = [
     (r"structured into at most " + _PN + r" paragraphs?", "max")]
 
 
+def _paragraph_bounds(constraint: str) -> tuple[int | None, int | None]:
+    for pattern, kind in _PARAGRAPH_LIMITS:
+        if m := re.search(pattern, constraint.lower(), re.I):
+            return _bounds(m, kind, _P_WORDS, int_range=True)
+    return None, None
+
+
 def length_paragraphs(constraint: str, text: str) -> bool:
     """Length_Paragraphs: blocks between blank lines ('\\n\\n') in range; an unreadable phrasing fails."""
-    c = constraint.lower()
-    for pattern, kind in _PARAGRAPH_LIMITS:
-        if m := re.search(pattern, c, re.I):
-            lo, hi = _bounds(m, kind, _P_WORDS, int_range=True)
-            break
-    else:
+    lo, hi = _paragraph_bounds(constraint)
+    if lo is None and hi is None:
         return False
     n = len([p for p in text.split("\n\n") if p.strip()])
     return not ((lo is not None and n < lo) or (hi is not None and n > hi))
@@ -1173,6 +1191,82 @@ def load_items(path: str | Path | None = None) -> list[dict]:
     return items
 
 
+def _range(lo, hi) -> dict | None:
+    if lo is None and hi is None:
+        return None
+    if lo is not None and lo == hi:
+        return {"eq": lo}
+    return {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+
+
+def _sc(text: str, target: dict, range_: dict, scope: list | None = None) -> dict:
+    return {"text": text, "scope": scope or [], "target": target, "range": range_}
+
+
+_GLOBAL_ONLY = re.compile(r"\b(each|every|any|all|table|json|heading|headings|cell|cells|column|row|rows|list|"
+                          r"bullet|title|paragraph|section|item|entry|entries|description|line|name|names)\b", re.I)
+
+
+def schema_constraints(constraint: list[str]) -> list[dict] | None:
+    """The schema-v1 constraints whose conjunction is a careful reading of one MulDimIF constraint, or None
+    where we give none: a constraint on a part of the response (each X, the table, the headings, ...), one whose
+    meaning needs a judgment, or one whose numbers the official parser cannot read. Only the whole response is
+    expressed: word, sentence and paragraph counts, keyword occurrences, the case of every word, the ending
+    punctuation, and the data rows of every table."""
+    family = KEYS[f"{constraint[0]}_{constraint[1]}"][0]
+    text = constraint[2]
+    part = _GLOBAL_ONLY.search(text)
+    if family == "Length_Words" and not part:
+        w = _word_limits(text)
+        r = _range(w["exact"], w["exact"]) if w["exact"] is not None else _range(w["lo"], w["hi"])
+        if r and not w["quoted"] and w["s_lo"] is None and w["s_hi"] is None:
+            return [_sc(text, {"count": "word"}, r)]
+    elif family == "Length_Sentences" and not part:
+        r = _range(*_sentence_bounds(text))
+        return [_sc(text, {"count": "sentence"}, r)] if r else None
+    elif family == "Length_Paragraphs" and not re.search(r"\b(each|every)\b", text, re.I):
+        r = _range(*_paragraph_bounds(text))
+        return [_sc(text, {"count": "paragraph"}, r)] if r else None
+    elif family == "Content_Keywords" and not part:
+        rule = _keyword_rule(text)
+        plain = not (rule["capitalized"] or rule["period"] or rule["min_words"] or rule["max_words"] != float("inf"))
+        if rule["keywords"] and plain and not re.search(r"includes?\s+the\s+keyword.*avoids?\s+the\s+keyword|"
+                                                         r"If discussing", text, re.I):
+            if rule["exclude"]:
+                return [_sc(text, {"count": "occurrence", "of": k}, {"eq": 0}) for k in rule["keywords"]]
+            if rule["any"]:
+                return [_sc(text, {"count": "occurrence", "any_of": rule["keywords"]}, {"min": rule["min_count"]})]
+            return [_sc(text, {"count": "occurrence", "of": k}, {"min": rule["min_count"]}) for k in rule["keywords"]]
+    elif family == "Language_English" and not re.search(r"\b(table|json|headings?|cells?|columns?|rows?|titles?|"
+                                                        r"names?|list|bullet|keys?|values?|entries)\b", text, re.I):
+        low = text.lower()
+        if re.search(r"\ball[- ]?uppercase\b|in all uppercase letters|in capitalized form", low):
+            return [_sc(text, {"count": "class", "of": "lowercase"}, {"eq": 0})]
+        if re.search(r"capitalized letters for each word|capitali[sz]e the first letter of each word|"
+                     r"each word (in the (answer|response) )?(must be|is) capitalized|each word capitalized|"
+                     r"each word (in the (answer|response) )?must start with a capital letter", low):
+            return [_sc(text, {"matches": r"(?<![\w'’-])[a-z]"}, {"eq": 0})]
+        if re.search(r"\blowercase\b", low):
+            return [_sc(text, {"count": "class", "of": "uppercase"}, {"eq": 0})]
+    elif family == "Content_Punctuation" and not _GLOBAL_ONLY.search(text.replace("sentence", "")):
+        low = text.lower()
+        names = {n.rstrip("s") for n in re.findall(r"\b(periods?|question marks?|exclamation marks?|semicolons?)\b",
+                                                    low)}
+        if len(names) == 1 and re.search(r"\bend(s|ing)?\b", low) and not re.search(r"\bnot\b|avoid|followed", low):
+            mark = _PUNCT_NAMES[names.pop()]
+            if re.search(r"\b(every|each) sentence\b", low):
+                return [_sc(text, {"ends_with": mark}, {"eq": 1}, [{"unit": "sentence", "select": "each"}])]
+            return [_sc(text, {"ends_with": mark}, {"eq": 1})]
+    elif family == "Format_Table" and re.search(r"\brows?\b", text, re.I) and not re.search(
+            r"\b(columns?|each|include|includes|must have|words)\b", text, re.I):
+        rules = _table_rules(text.lower())
+        if rules["rows"] and not rules["cols"] and not rules["columns"] and not rules["content"]:
+            kind, n = rules["rows"]
+            return [_sc(text, {"count": "element", "kind": "table_row"}, {"eq": n} if kind == "exact" else {"max": n},
+                        [{"unit": "block", "kind": "table", "select": "each"}])]
+    return None
+
+
 def official_verdict(constraint: list[str], response: str) -> bool | None:
     """The official verdict of one [category, sub-category, text] constraint. None where upstream's checker
     would raise (an unreadable number, a missing match) and end its whole run, or where zhconv is missing."""
@@ -1181,12 +1275,6 @@ def official_verdict(constraint: list[str], response: str) -> bool | None:
         return CHECKERS[family](constraint[2], response)
     except (AttributeError, TypeError, ValueError, IndexError, KeyError, RecursionError):
         return None
-
-
-def strip_thinking(response: str) -> str:
-    """Upstream's 'deepseek' mode: what follows the last </think>, without leading newlines."""
-    i = response.rfind("</think>")
-    return response[i + len("</think>"):].strip("\n") if i != -1 else response
 
 
 def _share(passed: float, n: int) -> dict:
@@ -1234,3 +1322,87 @@ def summarize(items: list[dict], verdicts: dict[str, list]) -> dict:
     out["by_category"] = {k: _share(*v) for k, v in sorted(category.items())}
     out["by_subcategory"] = {k: _share(*v) for k, v in sorted(second.items())}
     return out
+
+
+def judge(item: dict, response: str, mode: str = "official", alpha: float = 3.0) -> dict:
+    """One response's row of verdicts.jsonl: {"verdicts": [bool per constraint], "all", "schema": [null or
+    {"constraints", "satisfied", "graded"} per constraint]} plus, in corrected mode, "official" (the official
+    verdicts). Corrected mode takes the schema's verdict where there is one, else the official one; an
+    official None (upstream would raise) stays None in "official" and counts as a failure."""
+    import ifcore
+
+    doc = ifcore.Doc(response)
+    official = [official_verdict(c, response) for c in item["constraints"]]
+    schema = []
+    for c in item["constraints"]:
+        cs = schema_constraints(c)
+        if cs is None:
+            schema.append(None)
+            continue
+        vs = [ifcore.verify(x, doc) for x in cs]
+        schema.append({"constraints": cs, "satisfied": all(v.satisfied for v in vs),
+                       # the conjunction's graded value: the mean of its parts (ScopeIF eq. 6 each)
+                       "graded": sum(v.graded(alpha) for v in vs) / len(vs)})
+    if mode == "official":
+        verdicts = [bool(v) for v in official]
+    else:
+        verdicts = [s["satisfied"] if s else bool(v) for s, v in zip(schema, official)]
+    row = {"verdicts": verdicts, "all": all(verdicts), "schema": schema}
+    if mode != "official":
+        row["official"] = official
+    elif None in official:
+        row["unscored"] = [i for i, v in enumerate(official) if v is None]
+    return row
+
+
+def evaluate(responses_path: str | Path, output_dir: str | Path, mode: str = "official", test_path=None,
+             on_duplicate: str = "error", alpha: float = 3.0, skipped: dict | None = None) -> dict:
+    """`ifcore eval muldimif`: responses JSONL {id, response} -> verdicts.jsonl ({id, verdicts, all, schema})
+    and summary.json (the official metrics; corrected mode also counts the verdicts where the modes differ).
+    Problems are JsonlErrors naming the file and line; two responses to one item are an error naming both
+    lines unless `on_duplicate` is "first" or "last", the one kept. `skipped`: items left out on purpose
+    (prompts longer than the model's context), reported in the summary."""
+    if mode not in ("official", "corrected"):
+        raise ValueError(f"mode must be official or corrected, not {mode!r}")
+    if on_duplicate not in ("error", "first", "last"):
+        raise ValueError(f"on_duplicate must be error, first or last, not {on_duplicate!r}")
+    items = load_items(test_path)
+    by_id = {str(item["id"]): item for item in items}
+    chosen = {}  # item id -> (line, response)
+    with open(responses_path, "rb") as f:
+        for n, r, problem in iter_jsonl(f, ("id", "response")):
+            if problem is None and not isinstance(r["response"], str):
+                problem = f'"response": expected a string, got {type(r["response"]).__name__}'
+            if problem is None and not isinstance(r["id"], (int, str)):
+                problem = f'"id": expected a string or an integer, got {type(r["id"]).__name__}'
+            if problem is None and str(r["id"]) not in by_id:
+                problem = f'"id": no MulDimIF item {r["id"]!r}'
+            if problem:
+                raise JsonlError(f"{responses_path}:{n}: {problem}")
+            key = str(r["id"])
+            if key in chosen and on_duplicate != "last":
+                if on_duplicate == "error":
+                    raise JsonlError(f"{responses_path}:{n}: a second response to the item of line "
+                                     f"{chosen[key][0]} (--on-duplicate first|last keeps one)")
+                continue
+            chosen[key] = n, r["response"]
+    if not chosen:
+        raise JsonlError(f"{responses_path}: no responses (the file is empty)")
+    rows = [{"id": key, **judge(by_id[key], response, mode, alpha)} for key, (_, response) in chosen.items()]
+    summary = {"benchmark": "muldimif", "mode": mode, "responses": str(responses_path),
+               **summarize(items, {r["id"]: r["verdicts"] for r in rows})}
+    # summarize counts None verdicts; the rows hold bools, so count the official Nones here
+    summary["unscored"] = sum(len(r.get("unscored", [])) or sum(v is None for v in r.get("official", []))
+                              for r in rows)
+    summary["schema_expressed"] = sum(s is not None for r in rows for s in r["schema"])
+    if mode == "corrected":
+        summary["disagreements"] = sum(s is not None and s["satisfied"] != bool(v)
+                                       for r in rows for s, v in zip(r["schema"], r["official"]))
+    if skipped:
+        summary["skipped"] = skipped
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "verdicts.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
