@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     _add_judge_flags(p)
 
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
-    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train"],
+    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train", "muldimif",
+                                    "followbench"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
                         "rewards: 1,024 rollouts x 5 constraints, verification included; "
                         "ifeval: 541 IFEval responses, strict and loose; "
@@ -145,9 +146,13 @@ def main(argv: list[str] | None = None) -> int:
                         "transformers serve; "
                         "sandbox: judge-tool executions/s, warm hardened pool vs a fresh interpreter per call; "
                         "train: seconds per GRPO step, the embedded trainer vs TRL's GRPOTrainer, same model and "
-                        "batch (needs the dev extra's trl)")
+                        "batch (needs the dev extra's trl); "
+                        "muldimif, followbench: scoring speed on the agreement reference responses in tests/data "
+                        "(muldimif: official and corrected mode; followbench: the rule part)")
     p.add_argument("--official-dir", help="ifeval: a checkout of the official instruction_following_eval, timed too")
-    p.add_argument("--responses", help="ifeval: JSONL {prompt, response} (default: the GPT-4 responses in tests/data)")
+    p.add_argument("--responses", help="ifeval: JSONL {prompt, response} (default: the GPT-4 responses in tests/data); "
+                                       "muldimif {id, response}, followbench {prompt, response} (default: the "
+                                       "reference files in tests/data)")
     p.add_argument("--repeats", type=int, default=5, help="ifeval: timed runs after the first (default: 5)")
     p.add_argument("--model", default="smollm2-135m", help="generate, train: the model (default: smollm2-135m)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generate, train: per completion (default: 64)")
@@ -305,6 +310,9 @@ def _run(args) -> int:
         from ifcore.bench.official import bench_ifeval
 
         bench_ifeval(official_dir=args.official_dir, responses=args.responses, repeats=args.repeats)
+        return 0
+    if args.command == "bench" and args.what in ("muldimif", "followbench"):
+        print(json.dumps(_bench_new(args)))
         return 0
     if args.command == "bench" and args.what == "train":
         from ifcore.bench.speed import train_speed
@@ -560,9 +568,14 @@ def _eval_new_model(args, backend, params) -> int:
 
         rows = [{"id": x["id"], "input": x["conversations"]} for x in load_items(args.test)]
     else:
-        from ifcore.bench.followbench import load
+        import os
 
-        rows = [{"prompt": x["instruction"], "input": x["instruction"]} for x in load() if x["level"] > 0]
+        from ifcore.bench.followbench import load, rule_scored
+
+        # Without a judge only the rule-scored prompts could be scored: the others are not generated.
+        judged = bool(args.judge_url or os.environ.get("IFCORE_JUDGE_URL"))
+        rows = [{"prompt": x["instruction"], "input": x["instruction"]} for x in load()
+                if x["level"] > 0 and (judged or rule_scored(x))]
     everything = len(rows)
     if args.limit is not None and args.limit < len(rows):  # in benchmark order
         rows = [rows[i] for i in sorted(random.Random(args.subset_seed).sample(range(len(rows)), args.limit))]
@@ -606,6 +619,52 @@ def _eval_new_model(args, backend, params) -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     print(json.dumps({k: v for k, v in summary.items() if not k.startswith("by_")}, indent=1))
     return 0
+
+
+def _bench_new(args) -> dict:
+    """Seconds to score the reference responses (or --responses), the best of --repeats timed runs."""
+    import gzip
+
+    from ifcore.jsonl import read_jsonl
+    from ifcore.paths import repo_path
+
+    default = "tests/data/muldimif/reference.jsonl.gz" if args.what == "muldimif" else \
+        "tests/data/followbench/rule_reference.jsonl.gz"
+    path = repo_path(args.responses, default)
+    if path.suffix == ".gz":
+        rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()]
+    else:
+        rows = read_jsonl(path, ("id", "response") if args.what == "muldimif" else ("prompt", "response"))
+    if args.what == "muldimif":
+        from ifcore.bench.muldimif import judge, load_items
+
+        items = {x["id"]: x for x in load_items()}
+        pairs = [(items[str(r["id"])], r["response"]) for r in rows]
+        runs = {mode: (lambda mode=mode: [judge(item, text, mode) for item, text in pairs])
+                for mode in ("official", "corrected")}
+        size = {"responses": len(pairs), "constraints": sum(len(item["constraints"]) for item, _ in pairs)}
+    else:
+        from ifcore.bench.followbench import load, rule_scored, rule_verdict
+
+        by_prompt = {r["instruction"]: r for r in load() if rule_scored(r)}
+        pairs = [(by_prompt[r["prompt"]], r["response"]) for r in rows]
+        runs = {"rule": lambda: [rule_verdict(r, text) for r, text in pairs]}
+        size = {"responses": len(pairs)}
+    out = {"benchmark": args.what, "responses_file": str(path), **size}
+    for name, run in runs.items():
+        run()  # warm: regex compilation, Punkt and the schema's parsers
+        best = min(_timed(run) for _ in range(max(args.repeats, 1)))
+        out[f"{name}_seconds"] = round(best, 3)
+        out[f"{name}_responses_per_second"] = round(len(pairs) / best, 1)
+    return out
+
+
+def _timed(run) -> float:
+    import time
+
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
 
 
 def _version() -> str:
