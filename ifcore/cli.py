@@ -545,9 +545,8 @@ def _eval_new(args, responses, skipped: dict | None = None) -> dict:
         from ifcore.judge.client import JudgeClient
 
         judge = JudgeClient(args.judge_url, args.judge_model, concurrency=args.judge_concurrency)
-    with _endpoint_errors(args):
-        summary = evaluate(responses, args.output_dir, judge=judge, judge_template=template,
-                           on_duplicate=args.on_duplicate)
+    summary = evaluate(responses, args.output_dir, judge=judge, judge_template=template,
+                       on_duplicate=args.on_duplicate)  # a failed judge request leaves its item unjudged
     if skipped:
         summary["skipped"] = skipped
         (Path(args.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
@@ -636,11 +635,11 @@ def _bench_new(args) -> dict:
     else:
         rows = read_jsonl(path, ("id", "response") if args.what == "muldimif" else ("prompt", "response"))
     if args.what == "muldimif":
-        from ifcore.bench.muldimif import judge, load_items
+        from ifcore.bench.muldimif import load_items, verdict_row
 
         items = {x["id"]: x for x in load_items()}
         pairs = [(items[str(r["id"])], r["response"]) for r in rows]
-        runs = {mode: (lambda mode=mode: [judge(item, text, mode) for item, text in pairs])
+        runs = {mode: (lambda mode=mode: [verdict_row(item, text, mode) for item, text in pairs])
                 for mode in ("official", "corrected")}
         size = {"responses": len(pairs), "constraints": sum(len(item["constraints"]) for item, _ in pairs)}
     else:

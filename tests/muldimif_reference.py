@@ -119,10 +119,15 @@ def responses(args) -> None:
     rows = []
     for item in rng.choices(items, k=args.handmade):
         rows.append({"id": item["id"], "source": "handmade", "response": handmade(item, rng)})
+    perturb = [str.upper, str.title, lambda t: "# " + t, lambda t: t[:-1], lambda t: t.rstrip() + ".",
+               lambda t: "\n".join(t.split("\n")[1:]),
+               lambda t: "| Item | Note |\n|---|---|\n| " + " |\n| ".join(t.split("\n")[:4]) + " |"]
     for path in args.model_responses or []:
         for line in open(path, encoding="utf-8"):
             r = json.loads(line)
             rows.append({"id": r["id"], "source": Path(path).stem, "response": r["response"]})
+            rows.append({"id": r["id"], "source": Path(path).stem + "-perturbed",
+                         "response": rng.choice(perturb)(r["response"])})
     with open(args.out, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 

@@ -208,3 +208,29 @@ def test_cli(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["mode"] == "corrected" and printed["items"] == 1 and "disagreements" in printed
     assert (tmp_path / "o" / "verdicts.jsonl").is_file()
+
+
+def test_model_run_counts_and_skips_long_prompts(tmp_path, capsys):
+    """`--model` generates through ifcore.infer (the 7k-parameter test model here), skips prompts over
+    --max-prompt-tokens and says so in summary.json."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    from ifcore.infer.generate import render
+
+    model = Path(__file__).parent / "data" / "tiny_chat_llama"
+    items = muldimif.load_items()
+    chosen = [items[i] for i in sorted(random.Random(0).sample(range(len(items)), 4))]  # as --limit 4 draws
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    lengths = sorted(len(tokenizer(render(tokenizer, x["conversations"], {}), add_special_tokens=False).input_ids)
+                     for x in chosen)
+    limit = lengths[1]  # keeps the two shortest (ties aside), skips the rest
+    out = tmp_path / "o"
+    assert main(["eval", "muldimif", "--model", str(model), "--limit", "4", "--max-new-tokens", "2", "--no-cache",
+                 "--max-prompt-tokens", str(limit), "--output-dir", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    kept = sum(n <= limit for n in lengths)
+    assert summary["skipped"]["count"] == 4 - kept and summary["items"] == kept
+    assert summary["generation"]["prompts"] == kept and summary["generation"]["of"] == 1200
+    assert len((out / "responses.jsonl").read_text().splitlines()) == kept

@@ -1212,7 +1212,7 @@ def schema_constraints(constraint: list[str]) -> list[dict] | None:
     where we give none: a constraint on a part of the response (each X, the table, the headings, ...), one whose
     meaning needs a judgment, or one whose numbers the official parser cannot read. Only the whole response is
     expressed: word, sentence and paragraph counts, keyword occurrences, the case of every word, the ending
-    punctuation, and the data rows of every table."""
+    punctuation, and the data rows of every table (and that there is a table, when the text asks for one)."""
     family = KEYS[f"{constraint[0]}_{constraint[1]}"][0]
     text = constraint[2]
     part = _GLOBAL_ONLY.search(text)
@@ -1262,8 +1262,11 @@ def schema_constraints(constraint: list[str]) -> list[dict] | None:
         rules = _table_rules(text.lower())
         if rules["rows"] and not rules["cols"] and not rules["columns"] and not rules["content"]:
             kind, n = rules["rows"]
-            return [_sc(text, {"count": "element", "kind": "table_row"}, {"eq": n} if kind == "exact" else {"max": n},
+            rows = [_sc(text, {"count": "element", "kind": "table_row"}, {"eq": n} if kind == "exact" else {"max": n},
                         [{"unit": "block", "kind": "table", "select": "each"}])]
+            if re.search(r"\btable\b", text, re.I) and not re.search(r"\bif\b", text, re.I):  # a table is asked for
+                rows.insert(0, _sc(text, {"count": "block", "kind": "table"}, {"min": 1}))
+            return rows
     return None
 
 
@@ -1284,17 +1287,13 @@ def _share(passed: float, n: int) -> dict:
 def summarize(items: list[dict], verdicts: dict[str, list]) -> dict:
     """Upstream's metrics over the scored items: all-pass share (its 'Overall'), macro and micro constraint
     accuracy, each by pattern and level; by first-level category the share of (item, category) pairs whose
-    constraints all pass; by second-level category micro accuracy. A None verdict counts as a failure and is
-    counted apart in `unscored`."""
+    constraints all pass; by second-level category micro accuracy. A None verdict counts as a failure."""
     groups = defaultdict(lambda: [0, 0.0, 0, 0, 0])  # all-pass, macro sum, passed, constraints, items
     category, second = defaultdict(lambda: [0, 0]), defaultdict(lambda: [0, 0])
-    unscored = 0
     for item in items:
         if item["id"] not in verdicts:
             continue
-        v = verdicts[item["id"]]
-        unscored += sum(x is None for x in v)
-        ok = [bool(x) for x in v]
+        ok = [bool(x) for x in verdicts[item["id"]]]
         for key in ("overall", "pattern:" + item["constraint_pattern"], "level:" + item["difficulty"]):
             g = groups[key]
             g[0] += all(ok)
@@ -1316,7 +1315,7 @@ def summarize(items: list[dict], verdicts: dict[str, list]) -> dict:
         return {"all": _share(g[0], g[4]), "macro": _share(g[1], g[4]), "micro": _share(g[2], g[3])}
 
     out = {"items": groups["overall"][4], "of": len(items), "constraints": groups["overall"][3],
-           "unscored": unscored, **block(groups["overall"])}
+           **block(groups["overall"])}
     out["by_pattern"] = {k[8:]: block(g) for k, g in sorted(groups.items()) if k.startswith("pattern:")}
     out["by_level"] = {k[6:]: block(g) for k, g in sorted(groups.items()) if k.startswith("level:")}
     out["by_category"] = {k: _share(*v) for k, v in sorted(category.items())}
@@ -1324,7 +1323,7 @@ def summarize(items: list[dict], verdicts: dict[str, list]) -> dict:
     return out
 
 
-def judge(item: dict, response: str, mode: str = "official", alpha: float = 3.0) -> dict:
+def verdict_row(item: dict, response: str, mode: str = "official", alpha: float = 3.0) -> dict:
     """One response's row of verdicts.jsonl: {"verdicts": [bool per constraint], "all", "schema": [null or
     {"constraints", "satisfied", "graded"} per constraint]} plus, in corrected mode, "official" (the official
     verdicts). Corrected mode takes the schema's verdict where there is one, else the official one; an
@@ -1388,10 +1387,10 @@ def evaluate(responses_path: str | Path, output_dir: str | Path, mode: str = "of
             chosen[key] = n, r["response"]
     if not chosen:
         raise JsonlError(f"{responses_path}: no responses (the file is empty)")
-    rows = [{"id": key, **judge(by_id[key], response, mode, alpha)} for key, (_, response) in chosen.items()]
+    rows = [{"id": key, **verdict_row(by_id[key], response, mode, alpha)} for key, (_, response) in chosen.items()]
     summary = {"benchmark": "muldimif", "mode": mode, "responses": str(responses_path),
                **summarize(items, {r["id"]: r["verdicts"] for r in rows})}
-    # summarize counts None verdicts; the rows hold bools, so count the official Nones here
+    # official verdicts upstream could not give (its checker would raise), counted as failures above
     summary["unscored"] = sum(len(r.get("unscored", [])) or sum(v is None for v in r.get("official", []))
                               for r in rows)
     summary["schema_expressed"] = sum(s is not None for r in rows for s in r["schema"])
