@@ -538,6 +538,11 @@ def _eval_new(args, responses, skipped: dict | None = None) -> dict:
     if args.judge_template:
         with open(args.judge_template, encoding="utf-8") as f:
             template = f.read()
+        try:
+            template.format(kind="", level=1, steps="", answer="")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"--judge-template {args.judge_template}: fields are {{kind}} {{level}} {{steps}} "
+                             f"{{answer}} (double other braces): {type(e).__name__}: {e}") from None
     judge = None
     if args.judge_serve:
         raise ValueError("--judge-serve: not for followbench; serve the judge yourself and give --judge-url")

@@ -166,3 +166,14 @@ def test_model_run_without_judge_generates_the_rule_part_only(tmp_path):
     skipped = summary.get("skipped", {}).get("count", 0)  # the test model's byte tokens overflow its 4,096
     assert summary["by"] == {"rule": 3 - skipped, "judge": 0, "unjudged": 0}
     assert summary["generation"]["of"] == 350 and summary["generation"]["prompts"] == 3 - skipped
+
+
+def test_bad_judge_template_is_a_clear_error(tmp_path, capsys, records):
+    r = _record(records, source="E2E")
+    responses = _write(tmp_path / "r.jsonl", [{"prompt": r["instruction"], "response": r["target"]}])
+    template = tmp_path / "t.txt"
+    template.write_text("Judge {answer} against {rubric}")
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "followbench", "--responses", str(responses), "--judge-template", str(template),
+              "--output-dir", str(tmp_path / "o")])
+    assert e.value.code == 2 and "--judge-template" in capsys.readouterr().err
