@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("eval", help="score JSONL {prompt, response} on a benchmark with its official checkers, or "
                                     "generate them with --model first")
-    p.add_argument("what", choices=["ifeval", "ifbench", "scopeif"],
+    p.add_argument("what", choices=["ifeval", "ifbench", "scopeif", "muldimif", "followbench"],
                    help="the benchmark whose shipped prompts are scored")
     p.add_argument("--responses", help="JSONL {prompt, response}, the official input format "
-                                       "(scopeif: {id or prompt, response})")
+                                       "(scopeif: {id or prompt, response}; muldimif: {id, response})")
     p.add_argument("--model", help="instead of --responses: generate them with this model (cached; written to "
                                    "OUTPUT_DIR/responses.jsonl), then score")
     p.add_argument("--limit", type=int, help="--model: a seeded subset of N prompts, scored alone")
@@ -70,7 +70,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="score only the prompts (instances) that have a response and exit 0; without it, prompts "
                         "without a response (ifeval, ifbench: scored as failed) or responses matching no prompt "
                         "make the exit status 1")
-    p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances)")
+    p.add_argument("--test", help="scopeif: an official test.json (default: the shipped sample of 268 instances); "
+                                  "muldimif: an official test.json (default: the shipped one)")
+    p.add_argument("--mode", choices=["official", "corrected"], default="official",
+                   help="muldimif: official (default) reproduces the official scorer, quirks included; corrected "
+                        "judges what the schema expresses through ifcore.verify and counts where the modes differ")
+    p.add_argument("--max-prompt-tokens", type=int,
+                   help="muldimif/followbench --model, local backend: skip prompts longer than this many tokens "
+                        "(default: the model's context, max_position_embeddings); the summary counts them")
+    p.add_argument("--judge-template", help="followbench: a text file with the judge prompt ({kind}, {level}, "
+                                            "{steps}, {answer}); default: ours (ifcore.bench.followbench)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
     _add_generation_flags(p)
     _add_judge_flags(p)
@@ -159,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", default="report", help="where the site is written (default: report)")
 
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
-    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train"],
+    p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train", "muldimif",
+                                    "followbench"],
                    help="verify: constraint checks per second on ~300-word responses, 5 constraints each; "
                         "rewards: 1,024 rollouts x 5 constraints, verification included; "
                         "ifeval: 541 IFEval responses, strict and loose; "
@@ -167,9 +177,13 @@ def main(argv: list[str] | None = None) -> int:
                         "through transformers serve; "
                         "sandbox: judge-tool executions/s, warm hardened pool vs a fresh interpreter per call; "
                         "train: seconds per GRPO step, the embedded trainer (fp32 and bf16) vs TRL's GRPOTrainer, "
-                        "same model and batch (needs the dev extra's trl)")
+                        "same model and batch (needs the dev extra's trl); "
+                        "muldimif, followbench: scoring speed on the agreement reference responses in tests/data "
+                        "(muldimif: official and corrected mode; followbench: the rule part)")
     p.add_argument("--official-dir", help="ifeval: a checkout of the official instruction_following_eval, timed too")
-    p.add_argument("--responses", help="ifeval: JSONL {prompt, response} (default: the GPT-4 responses in tests/data)")
+    p.add_argument("--responses", help="ifeval: JSONL {prompt, response} (default: the GPT-4 responses in tests/data); "
+                                       "muldimif {id, response}, followbench {prompt, response} (default: the "
+                                       "reference files in tests/data)")
     p.add_argument("--repeats", type=int, default=5, help="ifeval: timed runs after the first (default: 5)")
     p.add_argument("--model", default="smollm2-135m", help="generate, train: the model (default: smollm2-135m)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="generate, train: per completion (default: 64)")
@@ -368,6 +382,8 @@ def _run(args) -> int:
                                 letter_seed=None if seed is None else int(seed), on_duplicate=args.on_duplicate,
                                 allow_missing=args.allow_missing)
         return _print_scores(args, summary)
+    if args.command == "eval" and args.what in ("muldimif", "followbench"):
+        return _print_scores(args, _eval_new(args, args.responses))
     if args.command == "eval" and args.what == "scopeif":
         from ifcore.bench.scopeif import evaluate
 
@@ -409,6 +425,9 @@ def _run(args) -> int:
         from ifcore.bench.official import bench_ifeval
 
         bench_ifeval(official_dir=args.official_dir, responses=args.responses, repeats=args.repeats)
+        return 0
+    if args.command == "bench" and args.what in ("muldimif", "followbench"):
+        print(json.dumps(_bench_new(args)))
         return 0
     if args.command == "bench" and args.what == "train":
         from ifcore.bench.speed import train_speed
@@ -569,6 +588,8 @@ def _eval_model(args) -> int:
 
     backend, params = _generation(args)
     out = Path(args.output_dir)
+    if args.what in ("muldimif", "followbench"):
+        return _eval_new_model(args, backend, params)
     if args.what == "scopeif":
         from ifcore.bench.scopeif import evaluate, load_test
 
@@ -622,7 +643,29 @@ def _print_scores(args, summary: dict) -> int:
     was written, and a warning line for what a reader would otherwise miss. Returns the exit status: 1 when
     prompts lacked a response or responses matched no prompt (unless --allow-missing), else 0."""
     name, warnings = args.what, []
-    if name == "scopeif":
+    pct = lambda v: f"{'n/a':>8}" if v is None else f"{100 * v:8.2f}"  # noqa: E731
+    if name == "muldimif":
+        print(f"{name} ({summary['mode']} mode): {summary['items']} items, {summary['constraints']} constraints scored"
+              + (f"; the modes disagree on {summary['disagreements']} verdicts" if "disagreements" in summary else ""))
+        print(f"{'%':>8}{'all-pass':>10}{'macro':>8}{'micro':>8}")
+        print(f"{'':>8}{pct(summary['all']['rate']):>10}{pct(summary['macro']['rate'])}{pct(summary['micro']['rate'])}")
+        written = "verdicts.jsonl, summary.json"
+        if "generation" not in summary and summary["items"] < summary["of"]:
+            warnings.append(f"{summary['of'] - summary['items']} of {summary['of']} items have no response (left out)")
+    elif name == "followbench":
+        by = summary["by"]
+        print(f"{name}: {summary['answered']} answered; scored by rule {by['rule']}, by the judge {by['judge']}, "
+              f"unjudged {by['unjudged']}")
+        print(f"{'level':>8}{'HSR %':>8}{'SSR %':>8}   scored")
+        for level, x in summary["levels"].items():
+            print(f"{level:>8}{pct(x['HSR'])}{pct(x['SSR'])}   {x['scored']} of {x['of']}")
+        print("CSL " + ("n/a: no seed instruction has all five levels scored" if summary["CSL"] is None else
+                        f"{summary['CSL']:.2f} over {summary['CSL_groups']} seed instructions"))
+        written = "verdicts.jsonl, summary.json"
+        if "generation" not in summary and summary["answered"] < summary["of"]:
+            warnings.append(f"{summary['of'] - summary['answered']} of {summary['of']} prompts have no response "
+                            "(left out)")
+    elif name == "scopeif":
         print(f"{name}: {summary['instances']} instances scored; {summary['judged_constraints']} of "
               f"{summary['constraints']} constraints judged (" + ", ".join(f"{k} {v}" for k, v in
                                                                           summary["judged_by"].items()) + ")")
@@ -657,6 +700,155 @@ def _print_scores(args, summary: dict) -> int:
                                               "; exit status 1 (--allow-missing scores what has a response)"),
               file=sys.stderr)
     return 1 if warnings and not args.allow_missing else 0
+
+
+def _eval_new(args, responses, skipped: dict | None = None) -> dict:
+    """Score MulDimIF or FollowBench responses (a JSONL file) into --output-dir."""
+    from pathlib import Path
+
+    if args.what == "muldimif":
+        from ifcore.bench.muldimif import evaluate
+
+        return evaluate(responses, args.output_dir, mode=args.mode, test_path=args.test,
+                        on_duplicate=args.on_duplicate, skipped=skipped)
+    import os
+
+    from ifcore.bench.followbench import JUDGE_TEMPLATE, evaluate
+
+    template = JUDGE_TEMPLATE
+    if args.judge_template:
+        with open(args.judge_template, encoding="utf-8") as f:
+            template = f.read()
+        try:
+            template.format(kind="", level=1, steps="", answer="")
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"--judge-template {args.judge_template}: fields are {{kind}} {{level}} {{steps}} "
+                             f"{{answer}} (double other braces): {type(e).__name__}: {e}") from None
+    judge = None
+    if args.judge_serve:
+        raise ValueError("--judge-serve: not for followbench; serve the judge yourself and give --judge-url")
+    if args.judge_url or os.environ.get("IFCORE_JUDGE_URL"):
+        from ifcore.judge.client import JudgeClient
+
+        judge = JudgeClient(args.judge_url, args.judge_model, concurrency=args.judge_concurrency)
+    summary = evaluate(responses, args.output_dir, judge=judge, judge_template=template,
+                       on_duplicate=args.on_duplicate)  # a failed judge request leaves its item unjudged
+    if skipped:
+        summary["skipped"] = skipped
+        (Path(args.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
+def _eval_new_model(args, backend, params) -> int:
+    """`ifcore eval muldimif|followbench --model`: generate (cached) for every prompt (or a --limit subset, drawn
+    as for the other benchmarks), skip prompts longer than the model's context (counted), score, time both."""
+    import random
+    import time
+    from pathlib import Path
+
+    from ifcore.infer.generate import Local, generate
+
+    if args.what == "muldimif":
+        from ifcore.bench.muldimif import load_items
+
+        rows = [{"id": x["id"], "input": x["conversations"]} for x in load_items(args.test)]
+    else:
+        import os
+
+        from ifcore.bench.followbench import load, rule_scored
+
+        # Without a judge only the rule-scored prompts could be scored: the others are not generated.
+        judged = bool(args.judge_url or os.environ.get("IFCORE_JUDGE_URL"))
+        rows = [{"prompt": x["instruction"], "input": x["instruction"]} for x in load()
+                if x["level"] > 0 and (judged or rule_scored(x))]
+    everything = len(rows)
+    if args.limit is not None and args.limit < len(rows):  # in benchmark order
+        rows = [rows[i] for i in sorted(random.Random(args.subset_seed).sample(range(len(rows)), args.limit))]
+    skipped = None
+    if isinstance(backend, Local):
+        from transformers import AutoConfig, AutoTokenizer
+
+        from ifcore.infer.generate import render
+
+        tokenizer = AutoTokenizer.from_pretrained(str(backend.path), local_files_only=True)
+        limit = args.max_prompt_tokens or AutoConfig.from_pretrained(str(backend.path)).max_position_embeddings
+        lengths = [len(tokenizer(render(tokenizer, r["input"], params.chat_template_kwargs),
+                                 add_special_tokens=not tokenizer.chat_template).input_ids) for r in rows]
+        long = [r for r, n in zip(rows, lengths) if n > limit]
+        rows = [r for r, n in zip(rows, lengths) if n <= limit]
+        skipped = {"prompts_longer_than": limit, "count": len(long),
+                   "ids": [r.get("id", r.get("prompt", "")[:80]) for r in long]}
+        if long:
+            print(f"skipped {len(long)} prompts longer than {limit} tokens (not generated, not scored)",
+                  file=sys.stderr)
+    start = time.perf_counter()
+    with _endpoint_errors(args):
+        completions = generate(backend, [r["input"] for r in rows], params, cache=not args.no_cache,
+                               with_tokens=True)
+    generated = time.perf_counter() - start
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    key = "id" if args.what == "muldimif" else "prompt"
+    responses = out / "responses.jsonl"
+    with open(responses, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({key: r[key], "response": text}, ensure_ascii=False) + "\n"
+                     for r, (text, _) in zip(rows, completions))
+    start = time.perf_counter()
+    summary = _eval_new(args, responses, skipped)
+    from dataclasses import asdict
+
+    summary["generation"] = {"model": backend.model_id, "params": asdict(params), "prompts": len(rows),
+                             "of": everything, "subset_seed": args.subset_seed if args.limit else None,
+                             "reached_max_new_tokens": sum((n or 0) >= params.max_new_tokens for _, n in completions),
+                             "seconds": round(generated, 1), "scoring_seconds": round(time.perf_counter() - start, 2)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return _print_scores(args, summary)
+
+
+def _bench_new(args) -> dict:
+    """Seconds to score the reference responses (or --responses), the best of --repeats timed runs."""
+    import gzip
+
+    from ifcore.jsonl import read_jsonl
+    from ifcore.paths import repo_path
+
+    default = "tests/data/muldimif/reference.jsonl.gz" if args.what == "muldimif" else \
+        "tests/data/followbench/rule_reference.jsonl.gz"
+    path = repo_path(args.responses, default)
+    if path.suffix == ".gz":
+        rows = [json.loads(line) for line in gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()]
+    else:
+        rows = read_jsonl(path, ("id", "response") if args.what == "muldimif" else ("prompt", "response"))
+    if args.what == "muldimif":
+        from ifcore.bench.muldimif import load_items, verdict_row
+
+        items = {x["id"]: x for x in load_items()}
+        pairs = [(items[str(r["id"])], r["response"]) for r in rows]
+        runs = {mode: (lambda mode=mode: [verdict_row(item, text, mode) for item, text in pairs])
+                for mode in ("official", "corrected")}
+        size = {"responses": len(pairs), "constraints": sum(len(item["constraints"]) for item, _ in pairs)}
+    else:
+        from ifcore.bench.followbench import load, rule_scored, rule_verdict
+
+        by_prompt = {r["instruction"]: r for r in load() if rule_scored(r)}
+        pairs = [(by_prompt[r["prompt"]], r["response"]) for r in rows]
+        runs = {"rule": lambda: [rule_verdict(r, text) for r, text in pairs]}
+        size = {"responses": len(pairs)}
+    out = {"benchmark": args.what, "responses_file": str(path), **size}
+    for name, run in runs.items():
+        run()  # warm: regex compilation, Punkt and the schema's parsers
+        best = min(_timed(run) for _ in range(max(args.repeats, 1)))
+        out[f"{name}_seconds"] = round(best, 3)
+        out[f"{name}_responses_per_second"] = round(len(pairs) / best, 1)
+    return out
+
+
+def _timed(run) -> float:
+    import time
+
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
 
 
 def _version() -> str:
