@@ -5,6 +5,7 @@ import sys
 from ifcore import progress
 
 CHECK = ("import os, sys; sys.modules['ipykernel'] = object(); os.environ.pop('IFCORE_PROGRESS', None); "
+         "os.environ.pop('HF_HUB_DISABLE_PROGRESS_BARS', None); "
          "from ifcore import progress; print(progress.watched(), os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS'))")
 
 

@@ -555,16 +555,26 @@ NOT_ROOT = r'''
 import ctypes, json, os, socket, sys
 sys.path.insert(0, sys.argv[3])
 libc = ctypes.CDLL(None, use_errno=True)
-# The interpreter may live under /root (0700): in a mount namespace of this process only, make it reachable.
+# The interpreter may live under /root, the checkout under a 0700 folder (mktemp -d): in a mount namespace of this
+# process only, a folder others cannot enter is covered by a tmpfs (mode 755) holding its entries bound back.
 assert libc.unshare(0x20000) == 0 and libc.mount(None, b"/", None, 0x4000 | (1 << 18), None) == 0
-if os.path.realpath(sys.executable).startswith("/root/"):
-    stash = sys.argv[1].encode()
-    assert libc.mount(b"/root", stash, None, 4096, None) == 0  # MS_BIND
-    assert libc.mount(b"tmpfs", b"/root", b"tmpfs", 0, b"mode=755") == 0
-    for name in os.listdir(stash):
-        if name.startswith((b".py", b".local")):
-            os.mkdir(b"/root/" + name)
-            assert libc.mount(stash + b"/" + name, b"/root/" + name, None, 4096 | 0x4000, None) == 0
+for n, target in enumerate([os.path.realpath(sys.executable), os.path.realpath(sys.argv[3])]):
+    parts = target.split("/")
+    for depth in range(2, len(parts) + 1):
+        folder = "/".join(parts[:depth]).encode()
+        if not os.path.isdir(folder) or os.stat(folder).st_mode & 0o001:
+            continue
+        stash = f"{sys.argv[1]}/stash{n}-{depth}".encode()
+        os.mkdir(stash)
+        assert libc.mount(folder, stash, None, 4096, None) == 0  # MS_BIND
+        assert libc.mount(b"tmpfs", folder, b"tmpfs", 0, b"mode=755") == 0
+        for name in os.listdir(stash):
+            inside = folder + b"/" + name
+            if os.path.isdir(stash + b"/" + name):
+                os.mkdir(inside)
+            else:
+                open(inside, "wb").close()
+            assert libc.mount(stash + b"/" + name, inside, None, 4096 | 0x4000, None) == 0  # MS_BIND | MS_REC
 mine = "/mnt"  # a directory the unprivileged caller owns (a tmpfs this process's mount namespace alone sees)
 assert libc.mount(b"tmpfs", mine.encode(), b"tmpfs", 0, b"mode=755,uid=65534,gid=65534") == 0
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
