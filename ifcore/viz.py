@@ -487,6 +487,15 @@ def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
     return [seeds_note(csr_end, level), family_note(len(comparisons), level)] + decide(comparisons, level)
 
 
+def collapse_notes(samples: dict) -> list[str]:
+    """The policies whose every sampled response has an empty plan (0 reasoning tokens), said in a sentence each:
+    RAIF's warning sign (reasoning that collapses under RL), visible otherwise only in the samples table.
+    `samples`: policy name -> grpo.sample_responses rows."""
+    return [f"{who}: all {len(rows)} sampled responses have an empty plan (0 reasoning tokens): its reasoning "
+            "collapsed in this run (the per-seed reasoning length below shows whether other seeds did too)."
+            for who, rows in samples.items() if rows and all(r["reasoning_tokens"] == 0 for r in rows)]
+
+
 def keep_table(train, arms: list[str], steps: int, level: float = 0.95):
     """Eq. 7's keep ratio per arm over the first and the last third of training, pooled over seeds and steps:
     kept / sampled groups with its Wilson interval (stats.wilson, inside [0, 1]), and the share of sampled

@@ -292,3 +292,11 @@ def test_mode_scores_draw_bootstrap_intervals_over_prompts():
     viz.mode_scores(axes[0], scores, ["scopeif"])
     assert axes[0][0].containers and any(len(c.lines) > 1 and c.lines[1] for c in axes[0][0].containers
                                          if hasattr(c, "lines"))
+
+
+def test_a_policy_whose_plans_all_collapsed_is_said_in_a_sentence():
+    samples = {"initial policy": [{"reasoning_tokens": 12}, {"reasoning_tokens": 0}],
+               "GRPO (RAIF reward)": [{"reasoning_tokens": 0}] * 3, "+ BC only": []}
+    assert viz.collapse_notes(samples) == [
+        "GRPO (RAIF reward): all 3 sampled responses have an empty plan (0 reasoning tokens): its reasoning collapsed "
+        "in this run (the per-seed reasoning length below shows whether other seeds did too)."]
