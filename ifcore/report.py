@@ -12,6 +12,8 @@ import html
 import re
 from pathlib import Path
 
+from markdown_it import MarkdownIt
+
 # Decided signs, as ifcore.viz.decide and ifcore.bench.cot_study write them; "cannot decide" lines are left out.
 DECIDED = re.compile(r": (positive|negative)\.$|\b(helps|hurts)\b(?! on)|\bBEATS\b")
 CSS = """<style>
@@ -61,8 +63,10 @@ def card(nb, page: str) -> str:
                    "<p><b>Decided by this run:</b> nothing; every comparison's interval includes 0 at this run's "
                    "size, or the notebook measures rather than compares (see the page).</p>")
     image = f'<img alt="first figure" src="data:image/png;base64,{figure}">' if figure else "<p><i>no figure</i></p>"
+    # The question is the notebook's own Markdown: rendered, its raw HTML escaped.
+    question = MarkdownIt("commonmark", {"html": False}).renderInline(" ".join(question.split()))
     return (f'<section class="card"><h2><a href="{html.escape(page)}">{html.escape(title.lstrip("# "))}</a></h2>'
-            f"<p>{html.escape(' '.join(question.split()))}</p>{image}{conclusions}"
+            f"<p>{question}</p>{image}{conclusions}"
             f'<p class="ran">{html.escape(ran)}</p></section>')
 
 

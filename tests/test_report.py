@@ -26,6 +26,7 @@ def test_the_index_has_one_card_per_stage_with_its_question_figure_decisions_and
     assert index.count('<section class="card">') == 5 and index.count("<img ") == 5
     assert "04 · RTT: token-level rewards" in index and index.count('<p class="ran">ran ') == 5
     assert "Decided by this run</b> (" in index  # notebook 03's run decided RL-ILA's gain, for one
+    assert "<strong>Scope</strong>" in index and "**Scope**" not in index  # the question's Markdown rendered
     for page in pages:
         text = page.read_text()
         assert not re.search(r"<script[^>]*src=\"https?:|<link[^>]*href=\"https?:", text), page.name  # offline
