@@ -579,7 +579,6 @@ def _eval_model(args) -> int:
     completed through ifcore.infer (cached), written as OUTPUT_DIR/responses.jsonl, then scored by the benchmark's
     own scorer. A subset is scored alone: its prompt-level figures are over its prompts only (IFEval's legacy
     letter draws still follow the whole benchmark, as in a full run)."""
-    import random
     from dataclasses import asdict
     from pathlib import Path
 
@@ -599,18 +598,11 @@ def _eval_model(args) -> int:
 
         prompts_path, checkers = _ifeval_like(args.what)
         everything = read_jsonl(prompts_path, ("prompt", "instruction_id_list", "kwargs"))
-    rows = everything
-    if args.limit is not None and args.limit < len(rows):  # in benchmark order
-        rows = [rows[i] for i in sorted(random.Random(args.subset_seed).sample(range(len(rows)), args.limit))]
+    rows = _subset(everything, args)
     with _endpoint_errors(args):
         completions = generate(backend, [r["prompt"] for r in rows], params, cache=not args.no_cache,
                                with_tokens=True)
-    out.mkdir(parents=True, exist_ok=True)
-    key = "id" if args.what == "scopeif" else "prompt"
-    responses = out / "responses.jsonl"
-    with open(responses, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({key: r[key], "response": text}, ensure_ascii=False) + "\n"
-                     for r, (text, _) in zip(rows, completions))
+    responses = _write_responses(out, "id" if args.what == "scopeif" else "prompt", rows, completions)
     generation = {"model": backend.model_id, "params": asdict(params), "prompts": len(rows),
                   "of": len(everything), "subset_seed": args.subset_seed if len(rows) < len(everything) else None,
                   # A count is None for a completion cached before counts were kept.
@@ -636,6 +628,25 @@ def _eval_model(args) -> int:
     summary["generation"] = generation
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return _print_scores(args, summary)
+
+
+def _subset(rows: list, args) -> list:
+    """--limit N: a seeded draw (--subset-seed) of N rows, kept in benchmark order; else every row."""
+    import random
+
+    if args.limit is None or args.limit >= len(rows):
+        return rows
+    return [rows[i] for i in sorted(random.Random(args.subset_seed).sample(range(len(rows)), args.limit))]
+
+
+def _write_responses(out, key: str, rows: list, completions: list):
+    """OUTPUT_DIR/responses.jsonl, {key, response} per row: the input `eval --responses` reads back."""
+    out.mkdir(parents=True, exist_ok=True)
+    responses = out / "responses.jsonl"
+    with open(responses, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({key: r[key], "response": text}, ensure_ascii=False) + "\n"
+                     for r, (text, _) in zip(rows, completions))
+    return responses
 
 
 def _print_scores(args, summary: dict) -> int:
@@ -742,7 +753,6 @@ def _eval_new(args, responses, skipped: dict | None = None) -> dict:
 def _eval_new_model(args, backend, params) -> int:
     """`ifcore eval muldimif|followbench --model`: generate (cached) for every prompt (or a --limit subset, drawn
     as for the other benchmarks), skip prompts longer than the model's context (counted), score, time both."""
-    import random
     import time
     from pathlib import Path
 
@@ -762,8 +772,7 @@ def _eval_new_model(args, backend, params) -> int:
         rows = [{"prompt": x["instruction"], "input": x["instruction"]} for x in load()
                 if x["level"] > 0 and (judged or rule_scored(x))]
     everything = len(rows)
-    if args.limit is not None and args.limit < len(rows):  # in benchmark order
-        rows = [rows[i] for i in sorted(random.Random(args.subset_seed).sample(range(len(rows)), args.limit))]
+    rows = _subset(rows, args)
     skipped = None
     if isinstance(backend, Local):
         from transformers import AutoConfig, AutoTokenizer
@@ -787,12 +796,7 @@ def _eval_new_model(args, backend, params) -> int:
                                with_tokens=True)
     generated = time.perf_counter() - start
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    key = "id" if args.what == "muldimif" else "prompt"
-    responses = out / "responses.jsonl"
-    with open(responses, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps({key: r[key], "response": text}, ensure_ascii=False) + "\n"
-                     for r, (text, _) in zip(rows, completions))
+    responses = _write_responses(out, "id" if args.what == "muldimif" else "prompt", rows, completions)
     start = time.perf_counter()
     summary = _eval_new(args, responses, skipped)
     from dataclasses import asdict

@@ -127,6 +127,17 @@ window.addEventListener('load', () => {
 </script>"""
 
 
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net/tcp writes them) where something listens on `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and int(local.split(":")[1], 16) == port:
+                found.add(local.split(":")[0])
+    return found
+
+
 def chromium() -> str | None:
     """The headless Chromium `make test` installs (Debian's chromium-headless-shell), or None."""
     import shutil

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import REPO, USER_CACHE
+from helpers import REPO, USER_CACHE, listening_addresses
 
 from ifcore.infer import registry
 from ifcore.infer.generate import Endpoint, GenParams, Local, cache_path, generate, generate_jsonl
@@ -309,16 +309,6 @@ def test_endpoint_sends_plain_prompts_to_completions_when_asked_and_gives_up_on_
 
 
 # -- transformers serve -----------------------------------------------------------------------------------------
-
-def listening_addresses(port: int) -> set[str]:
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            if state == "0A" and int(local.split(":")[1], 16) == port:
-                found.add(local.split(":")[0])
-    return found
-
 
 @pytest.mark.slow
 def test_serve_on_loopback_agrees_with_in_process_greedy_and_stops_cleanly(tiny):

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import REPO, run_cli
+from helpers import REPO, listening_addresses, run_cli
 
 from ifcore import reaper
 from ifcore.bench.scopeif import load_formalizations, load_test
@@ -242,13 +242,3 @@ def test_the_served_model_answers_greedy_as_in_process_fp32_on_loopback_only(ser
     params = GenParams(max_new_tokens=24)
     local = generate(Local(smollm2), prompts, params, cache=False, progress=False, with_tokens=True)
     assert generate(served, prompts, params, cache=False, progress=False, with_tokens=True) == local
-
-
-def listening_addresses(port: int) -> set[str]:
-    found = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            local, state = line.split()[1], line.split()[3]
-            if state == "0A" and int(local.split(":")[1], 16) == port:
-                found.add(local.split(":")[0])
-    return found
