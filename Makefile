@@ -65,14 +65,15 @@ chromium:
 # Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/ (the
 # repository's, found from the package: no --cwd needed, from any directory). IFCORE_REPRODUCE=1 is what lets them:
 # any other run of a notebook writes its figures to runs/figures/NAME-KEY/ (ifcore.paths.notebook_figures). Notebook 00 gets its plain
-# defaults instead of widgets. From a fresh cache about 35 minutes on 2026-12-01's 2-core machine, 53 on 2026-12-02's
+# defaults instead of widgets; notebook 01 generates through vLLM (issue 25: `make vllm` first, then served on 127.0.0.1
+# for that notebook only). From a fresh cache about 35 minutes on 2026-12-01's 2-core machine, 53 on 2026-12-02's
 # (1.9x slower at the same work; README). Finished runs in runs/ and cached completions are reused.
 PAPERMILL := IFCORE_REPRODUCE=1 $(VENV)/bin/papermill -k python3
 
-reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR)
+reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR) $(VLLM_STAMP)
 	mkdir -p papermill_runs figures
 	$(PAPERMILL) notebooks/00_constraint_schema.ipynb papermill_runs/00_constraint_schema.ipynb -p interactive False
-	$(PAPERMILL) notebooks/01_cot_preliminary_study.ipynb papermill_runs/01_cot_preliminary_study.ipynb
+	$(PAPERMILL) notebooks/01_cot_preliminary_study.ipynb papermill_runs/01_cot_preliminary_study.ipynb -p engine vllm
 	$(PAPERMILL) notebooks/03_scopeif_graded_reward.ipynb papermill_runs/03_scopeif_graded_reward.ipynb
 	$(PAPERMILL) notebooks/04_rtt_token_rewards.ipynb papermill_runs/04_rtt_token_rewards.ipynb
 	$(PAPERMILL) notebooks/02_raif_superior_cot.ipynb papermill_runs/02_raif_superior_cot.ipynb

@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                         "judges what the schema expresses through ifcore.verify and counts where the modes differ")
     p.add_argument("--max-prompt-tokens", type=int,
                    help="muldimif/followbench --model, local backend: skip prompts longer than this many tokens "
-                        "(default: the model's context, max_position_embeddings); the summary counts them")
+                        "(default: the model's context, max_position_embeddings, less --max-new-tokens: the room "
+                        "the answer needs); the summary counts them")
     p.add_argument("--judge-template", help="followbench: a text file with the judge prompt ({kind}, {level}, "
                                             "{steps}, {answer}); default: ours (ifcore.bench.followbench)")
     p.add_argument("--formalized", help="scopeif: schema formalizations JSONL (default: the shipped ones)")
@@ -756,7 +757,7 @@ def _eval_new_model(args, backend, params) -> int:
     import time
     from pathlib import Path
 
-    from ifcore.infer.generate import Local, generate
+    from ifcore.infer.generate import Local, generate, too_long
 
     if args.what == "muldimif":
         from ifcore.bench.muldimif import load_items
@@ -775,16 +776,9 @@ def _eval_new_model(args, backend, params) -> int:
     rows = _subset(rows, args)
     skipped = None
     if isinstance(backend, Local):
-        from transformers import AutoConfig, AutoTokenizer
-
-        from ifcore.infer.generate import render
-
-        tokenizer = AutoTokenizer.from_pretrained(str(backend.path), local_files_only=True)
-        limit = args.max_prompt_tokens or AutoConfig.from_pretrained(str(backend.path)).max_position_embeddings
-        lengths = [len(tokenizer(render(tokenizer, r["input"], params.chat_template_kwargs),
-                                 add_special_tokens=not tokenizer.chat_template).input_ids) for r in rows]
-        long = [r for r, n in zip(rows, lengths) if n > limit]
-        rows = [r for r, n in zip(rows, lengths) if n <= limit]
+        flags, limit = too_long(backend, [r["input"] for r in rows], params, args.max_prompt_tokens)
+        long = [r for r, f in zip(rows, flags) if f]
+        rows = [r for r, f in zip(rows, flags) if not f]
         skipped = {"prompts_longer_than": limit, "count": len(long),
                    "ids": [r.get("id", r.get("prompt", "")[:80]) for r in long]}
         if long:

@@ -7,6 +7,7 @@ configuration in tests/test_notebooks.py.
 """
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -222,7 +223,7 @@ def test_load_items_draws_the_subset_of_ifcore_eval():
     assert len(cs.load_items("scopeif", 500)) == 264  # a subset larger than the benchmark is all of it
     with pytest.raises(ValueError, match="at least 1 prompt"):
         cs.load_items("ifeval", 0)
-    with pytest.raises(ValueError, match="one of ifeval, ifbench, scopeif"):
+    with pytest.raises(ValueError, match="one of ifeval, ifbench, scopeif, muldimif, followbench"):
         cs.load_items("mmlu")
 
 
@@ -303,6 +304,84 @@ def test_scores_agree_with_the_benchmarks_own_summaries(own_cache):
     assert got["CSR"] == pytest.approx(100 * official["CSR"]) and got["ISR"] == pytest.approx(100 * official["ISR"])
     assert prompts["ISR"].notna().sum() == official["instances_in_ISR"] == 117
 
+
+
+def test_muldimif_and_followbench_scores_are_their_official_verdicts():
+    """The two benchmarks added for RAIF's and RTT's tables: the study's per-prompt metrics, on the agreement
+    reference responses, equal what `ifcore eval` computes (MulDimIF's summary; FollowBench's rule verdicts)."""
+    import gzip
+    import json
+
+    from ifcore.bench import followbench, muldimif
+
+    data = Path(__file__).parent / "data"
+    refs = {}
+    for line in gzip.open(data / "muldimif" / "reference.jsonl.gz", "rt"):
+        row = json.loads(line)
+        refs.setdefault(row["id"], row["response"])  # one response per item
+    items = [i for i in cs.load_items("muldimif") if i["key"] in refs]
+    assert len(cs.load_items("muldimif")) == 1200 and len(items) == len(refs) > 300
+    texts = [refs[i["key"]] for i in items]
+    records = cs.score("muldimif", items, texts)
+    official = muldimif.summarize([i["row"] for i in items],
+                                  {i["key"]: [muldimif.official_verdict(c, t) for c in i["row"]["constraints"]]
+                                   for i, t in zip(items, texts)})
+    prompts = pd.DataFrame([{"benchmark": "muldimif", "view": "as answered", "mode": "io", "key": i["key"],
+                             **cs.prompt_metrics("muldimif", r)} for i, r in zip(items, records)])
+    got = cs.headline(prompts, resamples=200).set_index("metric")["score"]
+    assert got["All"] == pytest.approx(100 * official["all"]["rate"])
+    assert got["Macro"] == pytest.approx(100 * official["macro"]["rate"])
+    assert got["Micro"] == pytest.approx(100 * official["micro"]["rate"])
+    assert 0 < official["all"]["rate"] < official["micro"]["rate"] < 1
+    assert {t.split(":")[0] for r in records for t in r["types"]} == {"Content", "Format", "Language", "Length"}
+
+    refs = {}
+    for line in gzip.open(data / "followbench" / "rule_reference.jsonl.gz", "rt"):
+        row = json.loads(line)
+        refs.setdefault(row["prompt"], row["response"])
+    items = cs.load_items("followbench")
+    assert len(items) == 350 == len(refs) and len({i["key"] for i in items}) == 350
+    records = cs.score("followbench", items, [refs[i["prompt"]] for i in items])
+    assert [r["strict"] for r in records] == [[followbench.rule_verdict(i["row"], refs[i["prompt"]])] for i in items]
+    hsr = [cs.prompt_metrics("followbench", r)["HSR"] for r in records]
+    assert 0 < sum(hsr) < len(hsr) and {r["types"][0].split(":")[0] for r in records} == {
+        "example", "content", "situation", "mixed", "format"}
+
+
+def test_prompts_without_room_for_the_answer_are_skipped_and_named(own_cache):
+    from ifcore.infer.generate import render, too_long
+
+    from transformers import AutoTokenizer
+
+    model = Path(__file__).parent / "data" / "tiny_chat_llama"
+    items = cs.load_items("muldimif", 6, 0)
+    params = GenParams(max_new_tokens=2)
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    lengths = [len(tokenizer(render(tokenizer, cs.cot_messages(i["prompt"]), {}), add_special_tokens=False).input_ids)
+               for i in items]
+    flags, limit = too_long(str(model), [cs.cot_messages(i["prompt"]) for i in items], params)
+    assert limit == 4096 - 2 and flags == [n > limit for n in lengths]
+    assert too_long(Scripted(str), ["x"], params) == ([False], None)  # no tokenizer here: the server decides
+    limit = sorted(lengths)[2]
+    flags, _ = too_long(str(model), [cs.cot_messages(i["prompt"]) for i in items], params, limit)
+    assert sum(flags) == sum(n > limit for n in lengths) > 0
+
+
+def test_short_passes_flags_outputs_that_pass_on_almost_no_text():
+    outputs = pd.DataFrame([
+        {"benchmark": "ifbench", "key": 1, "mode": "io", "output_words": 1, "output": "日本"},
+        {"benchmark": "ifbench", "key": 2, "mode": "io", "output_words": 1, "output": "No"},  # fails: not listed
+        {"benchmark": "ifbench", "key": 3, "mode": "cot", "output_words": 40, "output": "long " * 40},
+        {"benchmark": "scopeif", "key": "s", "mode": "cot", "output_words": 3, "output": "a b c"}])
+    prompts = pd.DataFrame([
+        {"benchmark": "ifbench", "key": 1, "mode": "io", "view": "as answered", "P-S": 1.0, "CSR": math.nan},
+        {"benchmark": "ifbench", "key": 2, "mode": "io", "view": "as answered", "P-S": 0.0, "CSR": math.nan},
+        {"benchmark": "ifbench", "key": 3, "mode": "cot", "view": "as answered", "P-S": 1.0, "CSR": math.nan},
+        {"benchmark": "scopeif", "key": "s", "mode": "cot", "view": "as answered", "P-S": math.nan, "CSR": 1.0},
+        {"benchmark": "ifbench", "key": 2, "mode": "io", "view": "answer-extracted", "P-S": 1.0, "CSR": math.nan}])
+    got = cs.short_passes(outputs, prompts)
+    assert got[["benchmark", "key", "mode"]].values.tolist() == [["ifbench", 1, "I/O"], ["scopeif", "s", "CoT"]]
+    assert cs.short_passes(outputs, prompts, max_words=2)["key"].tolist() == [1]
 
 def _differences(diff, lo, hi):
     return pd.DataFrame([{"benchmark": "ifeval", "view": v, "comparison": "CoT - I/O", "metric": "P-S", "diff": diff,

@@ -20,8 +20,10 @@ The three prompt modes, worded as in the authors' code (github.com/yuleiqin/RAIF
   generation prompt). A template without a think block ignores the switch, and the mode is then I/O again.
 
 Decoding is greedy (the authors': temperature 0). Every completion is scored by the code behind `ifcore eval`:
-the official IFEval / IFBench checkers (strict and loose; P-S, I-S, P-L, I-L) and ScopeIF-Test's schema
-formalizations (CSR, ISR over the judged constraints), twice: "as answered" (the whole output, as the authors'
+the official IFEval / IFBench checkers (strict and loose; P-S, I-S, P-L, I-L), ScopeIF-Test's schema
+formalizations (CSR, ISR over the judged constraints), MulDimIF's official checkers (All: every constraint met,
+upstream's Overall; Macro and Micro constraint accuracy) and FollowBench's rule-scored items (HSR; a rule verdict
+is all or nothing, so SSR equals it; the judged items need a judge and are not drawn), twice: "as answered" (the whole output, as the authors'
 evaluation reads the response) and "answer-extracted" (`split_output`: the <answer> block, or what the tags
 leave). A model that ignores the tags gets the same score in both views.
 """
@@ -39,11 +41,12 @@ from ifcore import rewards, stats
 MODES = ("io", "cot", "sdc", "nothink")
 MODE_LABELS = {"io": "I/O", "cot": "CoT", "sdc": "SDC", "nothink": "w/o CoT"}
 VIEWS = ("as answered", "answer-extracted")
-BENCHMARKS = ("ifeval", "ifbench", "scopeif")
-METRICS = {"ifeval": ("P-S", "I-S", "P-L", "I-L"), "ifbench": ("P-S", "I-S", "P-L", "I-L"), "scopeif": ("CSR", "ISR")}
-MAIN = {"ifeval": "P-S", "ifbench": "P-S", "scopeif": "CSR"}  # the metric each benchmark's sentences quote
-# Instruction-level metrics pool instructions: a prompt weighs as many instructions as it has.
-WEIGHTED = {"I-S", "I-L"}
+BENCHMARKS = ("ifeval", "ifbench", "scopeif", "muldimif", "followbench")
+METRICS = {"ifeval": ("P-S", "I-S", "P-L", "I-L"), "ifbench": ("P-S", "I-S", "P-L", "I-L"), "scopeif": ("CSR", "ISR"),
+           "muldimif": ("All", "Macro", "Micro"), "followbench": ("HSR",)}
+MAIN = {"ifeval": "P-S", "ifbench": "P-S", "scopeif": "CSR", "muldimif": "All", "followbench": "HSR"}  # quoted in
+# the sentences. Instruction-level metrics pool instructions: a prompt weighs as many instructions as it has.
+WEIGHTED = {"I-S", "I-L", "Micro"}
 
 IO_SYSTEM = "You are a helpful assistant."
 COT_SYSTEM = ("You are a helpful assistant. The assistant first thinks about the reasoning process in the mind and "
@@ -168,12 +171,22 @@ def top_words(texts, prompts, k: int = 15) -> list[tuple[str, int, float]]:
 # Benchmarks: the items, the generation of every mode, and the scores.
 
 def load_items(benchmark: str, subset: int | None = None, seed: int = 0) -> list[dict]:
-    """{"key", "prompt", "row"} per prompt of a benchmark: IFEval's 541, IFBench's 300, or the ScopeIF-Test
-    instances with at least one formalized constraint (the others cannot be scored offline). `subset`: that many,
-    drawn with random.Random(seed) and kept in benchmark order (the draw of `ifcore eval --limit --subset-seed`)."""
+    """{"key", "prompt", "row"} per prompt of a benchmark: IFEval's 541, IFBench's 300, the ScopeIF-Test instances
+    with at least one formalized constraint, MulDimIF's 1,200 or FollowBench's 350 rule-scored items (the others
+    cannot be scored offline). `subset`: that many, drawn with random.Random(seed) and kept in benchmark order (the
+    draw of `ifcore eval --limit --subset-seed`)."""
     from ifcore.jsonl import read_jsonl
 
-    if benchmark == "scopeif":
+    if benchmark == "muldimif":
+        from ifcore.bench.muldimif import load_items as muldimif_items
+
+        items = [{"key": x["id"], "prompt": x["conversations"][0]["content"], "row": x} for x in muldimif_items()]
+    elif benchmark == "followbench":
+        from ifcore.bench.followbench import load, rule_scored
+
+        items = [{"key": f"{x['type']}/{x['example_id']}/L{x['level']}", "prompt": x["instruction"], "row": x}
+                 for x in load() if rule_scored(x)]
+    elif benchmark == "scopeif":
         from ifcore.bench.scopeif import load_formalizations, load_test
 
         judged = {i for i, _ in load_formalizations()}
@@ -243,7 +256,20 @@ def score(benchmark: str, items: list[dict], texts: list[str]) -> list[dict]:
     behind `ifcore eval`. IFEval/IFBench: the official checkers over the whole benchmark, unanswered prompts
     dropped afterwards (so that IFEval's legacy letter draws follow the whole benchmark, as in `ifcore eval`).
     ScopeIF: each constraint's schema verdict (None where it is not formalized), its type the Scope selector;
-    ScopeIF has no loose reading."""
+    ScopeIF has no loose reading. MulDimIF: the official verdicts (one the official code could not reach counts
+    as unmet, as its summary counts it), typed Category:Subcategory. FollowBench: the item's rule verdict, typed
+    file:source. Neither has a loose reading."""
+    if benchmark == "muldimif":
+        from ifcore.bench.muldimif import KEYS, official_verdict
+
+        return [{"types": [KEYS[f"{c[0]}_{c[1]}"][1].replace("_", ":", 1) for c in i["row"]["constraints"]],
+                 "strict": [bool(official_verdict(c, text)) for c in i["row"]["constraints"]],
+                 "loose": [None] * len(i["row"]["constraints"])} for i, text in zip(items, texts)]
+    if benchmark == "followbench":
+        from ifcore.bench.followbench import rule_verdict
+
+        return [{"types": [f"{i['row']['type']}:{i['row']['source']}"], "strict": [rule_verdict(i["row"], text)],
+                 "loose": [None]} for i, text in zip(items, texts)]
     if benchmark == "scopeif":
         from ifcore.bench.scopeif import judge_instance, load_formalizations
         from ifcore.coverage import scope_selector
@@ -271,12 +297,18 @@ def score(benchmark: str, items: list[dict], texts: list[str]) -> list[dict]:
 def prompt_metrics(benchmark: str, record: dict) -> dict:
     """One prompt's share of each metric, so that the metric is the mean over prompts (I-S and I-L weighted by
     the prompt's instruction count `n`): P-S/P-L all followed, I-S/I-L the followed fraction; ScopeIF: CSR the
-    judged constraints' satisfied fraction (eq. 11), ISR all satisfied (eq. 12), NaN where not defined."""
+    judged constraints' satisfied fraction (eq. 11), ISR all satisfied (eq. 12), NaN where not defined;
+    MulDimIF: All every constraint met, Macro the met fraction, Micro the same weighted by `n`; FollowBench: HSR."""
+    s = record["strict"]
+    if benchmark == "muldimif":
+        return {"n": len(s), "All": float(all(s)), "Macro": sum(s) / len(s), "Micro": sum(s) / len(s)}
+    if benchmark == "followbench":
+        return {"n": 1, "HSR": float(s[0])}
     if benchmark == "scopeif":
         known = [v for v in record["strict"] if v is not None]
         return {"n": len(known), "CSR": sum(known) / len(known) if known else math.nan,
                 "ISR": float(all(known)) if known and len(known) == len(record["strict"]) else math.nan}
-    s, lo = record["strict"], record["loose"]
+    lo = record["loose"]
     return {"n": len(s), "P-S": float(all(s)), "I-S": sum(s) / len(s) if s else math.nan,
             "P-L": float(all(lo)), "I-L": sum(lo) / len(lo) if lo else math.nan}
 
@@ -286,15 +318,21 @@ def run_study(model, benchmarks=BENCHMARKS, subset: int | None = None, subset_se
     """Generate every mode on every benchmark's items and score both views. Returns three DataFrames:
     "outputs" (one row per benchmark, item and mode: the output, its tokens, reasoning, answer and form),
     "prompts" (per benchmark, mode, view and item: prompt_metrics) and "instructions" (per instruction: its type
-    and its strict and loose verdicts as 1.0 / 0.0 / NaN)."""
+    and its strict and loose verdicts as 1.0 / 0.0 / NaN), and "skipped": the drawn items whose prompt leaves the
+    model no room for `max_new_tokens` (ifcore.infer.generate.too_long; not generated, not scored), per benchmark."""
     import pandas as pd
 
-    from ifcore.infer.generate import GenParams
+    from ifcore.infer.generate import GenParams, too_long
 
     params = params or GenParams()
     if not benchmarks:
         raise ValueError("benchmarks: name at least one of " + ", ".join(BENCHMARKS))
     items = {b: load_items(b, subset, subset_seed) for b in benchmarks}
+    skipped = {}
+    for b in benchmarks:
+        flags, _ = too_long(model, [cot_messages(i["prompt"]) for i in items[b]], params)  # CoT's is the longer
+        skipped[b] = [i["key"] for i, f in zip(items[b], flags) if f]
+        items[b] = [i for i, f in zip(items[b], flags) if not f]
     flat = [(b, item) for b in benchmarks for item in items[b]]
     generated = generate_modes(model, [item["prompt"] for _, item in flat], params, modes, progress)
     outputs = []
@@ -318,7 +356,8 @@ def run_study(model, benchmarks=BENCHMARKS, subset: int | None = None, subset_se
                                   "strict": math.nan if s is None else float(s),
                                   "loose": math.nan if lo is None else float(lo)}
                                  for t, s, lo in zip(record["types"], record["strict"], record["loose"])]
-    return {"outputs": outputs, "prompts": pd.DataFrame(prompts), "instructions": pd.DataFrame(instructions)}
+    return {"outputs": outputs, "prompts": pd.DataFrame(prompts), "instructions": pd.DataFrame(instructions),
+            "skipped": skipped}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -498,6 +537,19 @@ def pick_examples(outputs, prompts, k: int = 3, view: str = "as answered") -> li
         picked += [(b, key) for key in keys[:k]]
     return picked
 
+
+def short_passes(outputs, prompts, max_words: int = 5, view: str = "as answered"):
+    """Outputs of at most `max_words` words that meet every instruction of their prompt (the benchmark's main
+    metric at 1): often a vacuous pass, the check finding nothing to count (IFBench's "every 5th word in
+    Japanese" on a one-word answer). One row per output: benchmark, key, mode, words, output."""
+    import pandas as pd
+
+    scored = prompts[prompts["view"] == view]
+    passed = {(r["benchmark"], r["key"], r["mode"]) for r in scored.to_dict("records") if r[MAIN[r["benchmark"]]] == 1}
+    rows = [{"benchmark": r.benchmark, "key": r.key, "mode": MODE_LABELS[r.mode], "words": r.output_words,
+             "output": r.output} for r in outputs.itertuples()
+            if r.output_words <= max_words and (r.benchmark, r.key, r.mode) in passed]
+    return pd.DataFrame(rows, columns=["benchmark", "key", "mode", "words", "output"])
 
 def conclusions(differences, types, formats, reasoning, model: str, threshold: float = 0.5,
                 level: float = 0.95) -> list[str]:

@@ -148,6 +148,25 @@ def render(tokenizer, item, chat_template_kwargs: dict) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **chat_template_kwargs)
 
 
+def too_long(model, inputs: list, params: GenParams, limit: int | None = None) -> tuple[list[bool], int | None]:
+    """Which inputs, rendered through the model's chat template, have more than `limit` tokens (default: the
+    model's positions less `max_new_tokens`, the room a generation needs), and the limit. For a registry name or
+    path, a Local, or an Endpoint serving a local folder (`ifcore.infer.serve`); for any other backend (an endpoint
+    whose tokenizer is not here: its server refuses what it cannot take) no input is flagged and the limit is None."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    backend = Local(model) if isinstance(model, (str, os.PathLike)) else model
+    path = backend.path if isinstance(backend, Local) else getattr(backend, "model", None)
+    if not isinstance(path, (str, os.PathLike)) or not Path(path).is_dir():
+        return [False] * len(inputs), None
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if limit is None:
+        limit = AutoConfig.from_pretrained(str(path)).max_position_embeddings - params.max_new_tokens
+    lengths = [len(tokenizer(render(tokenizer, x, params.chat_template_kwargs),
+                             add_special_tokens=not tokenizer.chat_template).input_ids) for x in inputs]
+    return [n > limit for n in lengths], limit
+
+
 def generate(model, inputs: list, params: GenParams | None = None, *, cache: bool = True,
              progress: bool = True, with_tokens: bool = False) -> list:
     """Completions for `inputs` (prompts or chats), in order. `model`: a registry name or path, a `Local` or an
