@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="muldimif: official (default) reproduces the official scorer, quirks included; corrected "
                         "judges what the schema expresses through ifcore.verify and counts where the modes differ")
     p.add_argument("--max-prompt-tokens", type=int,
-                   help="muldimif/followbench --model, local backend: skip prompts longer than this many tokens "
+                   help="muldimif/followbench --model (local or vllm backend): skip prompts longer than this many tokens "
                         "(default: the model's context, max_position_embeddings, less --max-new-tokens: the room "
                         "the answer needs); the summary counts them")
     p.add_argument("--judge-template", help="followbench: a text file with the judge prompt ({kind}, {level}, "
@@ -345,16 +345,17 @@ def _run(args) -> int:
         raise ValueError("give --responses FILE (score them) or --model NAME (generate them, then score), one of them")
     if args.command == "eval" and args.limit is not None and (args.model is None or args.limit < 1):
         raise ValueError(f"--limit: a subset of at least 1 prompt, drawn for --model, got {args.limit}")
+    if args.command in ("eval", "generate") and args.backend == "vllm" and args.model:
+        import ifcore.train  # noqa: F401 - registers `tiny` in the model registry
+        from ifcore.infer.serve import serve
+
+        # Served on 127.0.0.1 for this command only: stopped with its process group, and waited for, at the end.
+        with serve(args.model, engine="vllm", precision=args.precision) as args.served:
+            return _eval_model(args) if args.command == "eval" else _generate_rows(args)
     if args.command == "eval" and args.model:
         return _eval_model(args)
     if args.command == "generate":
-        from ifcore.infer.generate import generate_jsonl
-
-        backend, params = _generation(args)
-        with _endpoint_errors(args):
-            n = generate_jsonl(backend, args.input, args.output, params, cache=not args.no_cache)
-        print(f"{args.output}: {n} rows", file=sys.stderr)
-        return 0
+        return _generate_rows(args)
     if args.command == "serve":
         import ifcore.train  # noqa: F401 - registers `tiny` in the model registry
         from ifcore.infer.serve import serve_forever
@@ -461,6 +462,16 @@ def _run(args) -> int:
     raise AssertionError(f"no branch for {args.command}")
 
 
+def _generate_rows(args) -> int:
+    from ifcore.infer.generate import generate_jsonl
+
+    backend, params = _generation(args)
+    with _endpoint_errors(args):
+        n = generate_jsonl(backend, args.input, args.output, params, cache=not args.no_cache)
+    print(f"{args.output}: {n} rows", file=sys.stderr)
+    return 0
+
+
 def _add_generation_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("generation (ifcore.infer.generate; docs/inference.md)")
     g.add_argument("--max-new-tokens", type=int, default=512, help="tokens per completion at most (default: 512)")
@@ -469,10 +480,11 @@ def _add_generation_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="the sampling seed (default: 0)")
     g.add_argument("--batch-size", type=int, default=32, help="local: sequences per forward batch (default: 32)")
     g.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="local on a CPU: fp32 (default) or bf16 weights (fast with AVX512-BF16 or AMX; cached apart)")
-    g.add_argument("--backend", choices=["local", "openai"], default="local",
+                   help="local and vllm on a CPU: fp32 (default) or bf16 (fast with AVX512-BF16 or AMX; cached apart)")
+    g.add_argument("--backend", choices=["local", "openai", "vllm"], default="local",
                    help="local: the model in this process (default); openai: an OpenAI-compatible server (vLLM, "
-                        "`ifcore serve`) that serves --model")
+                        "`ifcore serve`) that serves --model; vllm: --model served with vLLM on 127.0.0.1 for this "
+                        "command (`make vllm`; 32 requests in flight)")
     g.add_argument("--base-url", help="openai: the server's URL, e.g. http://127.0.0.1:8000/v1 (default: "
                                       "$OPENAI_BASE_URL)")
     g.add_argument("--api-key", help="openai: the key (default: $OPENAI_API_KEY; a flag shows in the process list)")
@@ -544,6 +556,8 @@ def _generation(args):
             raise ValueError(f"--{name.replace('_', '-')}: must be {what}, got {getattr(args, name)}")
     params = GenParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
                        seed=args.seed)
+    if args.backend == "vllm":
+        return args.served, params
     if args.backend == "openai":
         return Endpoint(args.model, base_url=args.base_url, api_key=args.api_key, concurrency=args.concurrency), params
     return Local(args.model, batch_size=args.batch_size, precision=args.precision), params
@@ -552,7 +566,7 @@ def _generation(args):
 @contextlib.contextmanager
 def _endpoint_errors(args):
     """An OpenAI client error (no server there, a refused request) as a ValueError naming the server."""
-    if args.backend != "openai":
+    if args.backend == "local":
         yield
         return
     import os
@@ -562,7 +576,8 @@ def _endpoint_errors(args):
     try:
         yield
     except openai.OpenAIError as e:
-        where = args.base_url or os.environ.get("OPENAI_BASE_URL") or "the OpenAI API"
+        where = (args.served.base_url if args.backend == "vllm" else args.base_url
+                 or os.environ.get("OPENAI_BASE_URL") or "the OpenAI API")
         raise ValueError(f"{where}: {type(e).__name__}: {e}") from None
 
 
@@ -757,7 +772,7 @@ def _eval_new_model(args, backend, params) -> int:
     import time
     from pathlib import Path
 
-    from ifcore.infer.generate import Local, generate, too_long
+    from ifcore.infer.generate import generate, too_long
 
     if args.what == "muldimif":
         from ifcore.bench.muldimif import load_items
@@ -775,8 +790,8 @@ def _eval_new_model(args, backend, params) -> int:
     everything = len(rows)
     rows = _subset(rows, args)
     skipped = None
-    if isinstance(backend, Local):
-        flags, limit = too_long(backend, [r["input"] for r in rows], params, args.max_prompt_tokens)
+    flags, limit = too_long(backend, [r["input"] for r in rows], params, args.max_prompt_tokens)
+    if limit is not None:  # the model's tokenizer is here (in process, or a folder served on loopback)
         long = [r for r, f in zip(rows, flags) if f]
         rows = [r for r, f in zip(rows, flags) if not f]
         skipped = {"prompts_longer_than": limit, "count": len(long),

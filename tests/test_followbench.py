@@ -171,6 +171,43 @@ def test_model_run_without_judge_generates_the_rule_part_only(tmp_path):
     assert summary["generation"]["of"] == 350 and summary["generation"]["prompts"] == 3 - skipped
 
 
+
+def test_backend_vllm_serves_the_model_for_the_command_alone(tmp_path, monkeypatch):
+    """--backend vllm: `serve(model, engine="vllm", precision=...)` wraps the command, its endpoint generates, and
+    the prompts without room for the answer are counted by the served folder's tokenizer. The server itself is a
+    stand-in here; tests/test_judge_serve.py starts the real one where `make vllm` was run."""
+    import contextlib
+
+    from ifcore.infer import serve as serve_module
+
+    model = Path(__file__).parent / "data" / "tiny_chat_llama"
+    calls, stopped = [], []
+
+    class Served:  # what serve() yields: an endpoint whose `model` is the served folder
+        model_id, batch_size = "vllm-bfloat16:stand-in", 32
+
+        def __init__(self):
+            self.model = str(model)
+
+        def complete(self, inputs, params, seeds):
+            return [("A summary.", 2)] * len(inputs)
+
+    @contextlib.contextmanager
+    def fake_serve(name, **kwargs):
+        calls.append((name, kwargs))
+        yield Served()
+        stopped.append(name)
+
+    monkeypatch.setattr(serve_module, "serve", fake_serve)
+    out = tmp_path / "o"
+    assert main(["eval", "followbench", "--model", str(model), "--backend", "vllm", "--precision", "bf16",
+                 "--limit", "3", "--max-new-tokens", "2", "--no-cache", "--output-dir", str(out)]) == 0
+    assert calls == [(str(model), {"engine": "vllm", "precision": "bf16"})] and stopped == [str(model)]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["skipped"]["prompts_longer_than"] == 4096 - 2
+    assert summary["generation"]["model"] == "vllm-bfloat16:stand-in"
+    assert summary["by"]["rule"] == 3 - summary["skipped"]["count"]
+
 def test_bad_judge_template_is_a_clear_error(tmp_path, capsys, records):
     r = _record(records, source="E2E")
     responses = _write(tmp_path / "r.jsonl", [{"prompt": r["instruction"], "response": r["target"]}])
