@@ -54,10 +54,12 @@ def paired_diff_ci(a_by_seed, b_by_seed, level: float = 0.95) -> tuple[float, fl
 
 
 def paired_bootstrap(a, b, weights=None, level: float = 0.95, resamples: int = 10_000,
-                     seed: int = 0) -> tuple[float, float, float, int]:
+                     seed: int = 0, with_p: bool = False) -> tuple:
     """(diff, lo, hi, n): the weighted mean of a minus that of b over paired items (prompts) and a percentile
     bootstrap interval, the items resampled with replacement, pairs kept together, `resamples` times from
-    numpy's default_rng(seed).
+    numpy's default_rng(seed). `with_p`: also the two-sided p-value of that interval's inversion, twice the
+    smaller share of resampled differences on either side of 0 (at most 1; NaN without an interval): below
+    1 - level where the interval excludes 0 (up to the quantiles' interpolation), and `holm` corrects a family.
 
     `a`, `b` (and `weights`) are aligned sequences, one value per item (pandas Series are aligned by position);
     a weighted mean is sum(w x) / sum(w), so per-prompt shares weighted by their instruction counts give the
@@ -78,17 +80,19 @@ def paired_bootstrap(a, b, weights=None, level: float = 0.95, resamples: int = 1
     x, y, w = x[keep], y[keep], w[keep]
     n = len(x)
     if n == 0:
-        return math.nan, math.nan, math.nan, 0
+        return (math.nan, math.nan, math.nan, 0) + ((math.nan,) if with_p else ())
     diff = float((w * x).sum() / w.sum() - (w * y).sum() / w.sum())
     if n == 1:
-        return diff, math.nan, math.nan, 1
+        return (diff, math.nan, math.nan, 1) + ((math.nan,) if with_p else ())
     rng = np.random.default_rng(seed)
     draws = np.empty(resamples)
     for start in range(0, resamples, 1000):  # chunks: a resample matrix of all prompts stays small
         counts = rng.multinomial(n, np.full(n, 1 / n), size=min(1000, resamples - start)) * w
         draws[start:start + len(counts)] = (counts @ (x - y)) / counts.sum(axis=1)
     lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
-    return diff, float(lo), float(hi), n
+    if not with_p:
+        return diff, float(lo), float(hi), n
+    return diff, float(lo), float(hi), n, float(min(1.0, 2 * min((draws <= 0).mean(), (draws >= 0).mean())))
 
 
 def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float, float, int]:

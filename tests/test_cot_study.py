@@ -178,6 +178,17 @@ def test_paired_bootstrap_properties(rows, seed):
     # Swapping the arms negates the difference and mirrors the interval (same resamples).
     back = stats.paired_bootstrap(b, a, weights=w, seed=seed, resamples=300)
     assert back == pytest.approx((-diff, -hi, -lo, n))
+    # The p-value inverts the interval: the same resamples, and p below 1 - level where the interval excludes 0
+    # with room to spare (the quantiles interpolate); an interval around 0 gives p above it; swapping keeps p.
+    *same, p = stats.paired_bootstrap(a, b, weights=w, seed=seed, resamples=300, with_p=True)
+    assert tuple(same) == (diff, lo, hi, n) and 0 <= p <= 1
+    assert back[:4] == pytest.approx(tuple(stats.paired_bootstrap(b, a, weights=w, seed=seed, resamples=300,
+                                                                  with_p=True)[:4]))
+    if lo > 0 or hi < 0:
+        assert p <= 0.05 + 2 / 300
+    if lo < 0 < hi:
+        assert p >= 0.05 - 2 / 300
+    assert stats.paired_bootstrap(b, a, weights=w, seed=seed, resamples=300, with_p=True)[4] == pytest.approx(p)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -383,17 +394,17 @@ def test_short_passes_flags_outputs_that_pass_on_almost_no_text():
     assert got[["benchmark", "key", "mode"]].values.tolist() == [["ifbench", 1, "I/O"], ["scopeif", "s", "CoT"]]
     assert cs.short_passes(outputs, prompts, max_words=2)["key"].tolist() == [1]
 
-def _differences(diff, lo, hi):
+def _differences(diff, lo, hi, p_holm=0.01):
     return pd.DataFrame([{"benchmark": "ifeval", "view": v, "comparison": "CoT - I/O", "metric": "P-S", "diff": diff,
-                          "lo": lo, "hi": hi, "prompts": 24, "verdict": cs.verdict(lo, hi, 24)}
-                         for v in cs.VIEWS])
+                          "lo": lo, "hi": hi, "prompts": 24, "p_holm": p_holm,
+                          "verdict": cs.verdict(lo, hi, 24, p_holm=p_holm)} for v in cs.VIEWS])
 
 
 def test_conclusions_follow_the_numbers():
     types = pd.DataFrame([{"benchmark": "ifeval", "type": "keywords", "mode": "CoT", "prompts": 9, "diff": -0.4,
-                           "lo": -0.7, "hi": -0.1, "verdict": "hurts"},
+                           "lo": -0.7, "hi": -0.1, "p_holm": 0.02, "verdict": "hurts"},
                           {"benchmark": "ifeval", "type": "startend", "mode": "CoT", "prompts": 2, "diff": 0.5,
-                           "lo": 0.0, "hi": 1.0, "verdict": "too few prompts"}])
+                           "lo": 0.0, "hi": 1.0, "p_holm": math.nan, "verdict": "too few prompts"}])
     formats = pd.DataFrame([{"mode": "CoT", "outputs": 24, "think+answer": 0.0, "partial tags": 0.25, "no tags": 0.75,
                              "hit max_new_tokens": 0.5}]).set_index("mode")
     reasoning = pd.DataFrame([{"mode": "CoT", "with reasoning": 6, "reasoning words, median": 40.0,
@@ -409,5 +420,10 @@ def test_conclusions_follow_the_numbers():
     assert "50% of them superficial" in text
     assert "a 135M model, does not behave like the paper's" in text
     decided = "\n".join(cs.conclusions(_differences(-9.0, -15.0, -2.0), types, formats, reasoning, "x"))
-    assert "-9.0 points (95% paired bootstrap CI -15.0 to -2.0, 24 prompts): hurts." in decided
+    assert "-9.0 points (95% paired bootstrap CI -15.0 to -2.0, 24 prompts): hurts (Holm-adjusted p 0.01 over the " \
+           "2 comparisons of the difference table)." in decided
+    undecided = "\n".join(cs.conclusions(_differences(-9.0, -15.0, -2.0, p_holm=0.2), types, formats, reasoning, "x"))
+    assert "its own interval excludes 0, but not after Holm's correction over the 2 comparisons" in undecided
+    assert "hurts" not in undecided.split("Per instruction type")[0]
+    assert cs.verdict(0.01, 0.2, 30, p_holm=0.05) == "not after correction"
     assert cs.verdict(0.01, 0.2, 30) == "helps" and cs.verdict(-0.1, 0.2, 3, min_prompts=5) == "too few prompts"

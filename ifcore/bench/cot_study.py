@@ -401,7 +401,8 @@ def difference_table(differences):
 
 def mode_differences(prompts, baseline: str = "io", level: float = 0.95, resamples: int = 10_000, seed: int = 0):
     """Every mode minus `baseline` on every metric, benchmark and view (percentage points), with a paired
-    bootstrap interval over prompts (stats.paired_bootstrap)."""
+    bootstrap interval over prompts and its p-value (stats.paired_bootstrap). The table is one family: each
+    verdict stands only where Holm's correction over all its rows keeps it (`p_holm`; `verdict`)."""
     import pandas as pd
 
     rows = []
@@ -412,20 +413,35 @@ def mode_differences(prompts, baseline: str = "io", level: float = 0.95, resampl
         for mode in [m for m in MODES if m != baseline and m in wide.columns.get_level_values("mode")]:
             for m in METRICS[b]:
                 weights = wide[("n", baseline)] if m in WEIGHTED else None
-                d, lo, hi, n = stats.paired_bootstrap(wide[(m, mode)], wide[(m, baseline)], weights=weights,
-                                                      level=level, resamples=resamples, seed=seed)
+                d, lo, hi, n, p = stats.paired_bootstrap(wide[(m, mode)], wide[(m, baseline)], weights=weights,
+                                                         level=level, resamples=resamples, seed=seed, with_p=True)
                 rows.append({"benchmark": b, "view": view, "comparison": f"{MODE_LABELS[mode]} - "
                              f"{MODE_LABELS[baseline]}", "metric": m, "diff": 100 * d, "lo": 100 * lo,
-                             "hi": 100 * hi, "prompts": n, "verdict": verdict(lo, hi, n)})
-    return pd.DataFrame(rows)
+                             "hi": 100 * hi, "prompts": n, "p": p})
+    return _holm_verdicts(pd.DataFrame(rows), level)
 
 
-def verdict(lo: float, hi: float, n: int, min_prompts: int = 1) -> str:
-    """"helps" / "hurts" when the interval excludes 0, "CI includes 0" when it does not, "too few prompts" below
-    `min_prompts` (or without an interval)."""
+def _holm_verdicts(table, level: float, min_prompts: int = 1):
+    """`p_holm` (Holm over the rows that have an interval and enough prompts) and each row's `verdict`."""
+    tested = (table["prompts"] >= min_prompts) & table["lo"].notna() if len(table) else []
+    table["p_holm"] = stats.holm(table["p"].where(tested)) if len(table) else []
+    table["verdict"] = [verdict(lo, hi, n, min_prompts, q, 1 - level)
+                        for lo, hi, n, q in zip(table["lo"], table["hi"], table["prompts"], table["p_holm"])]
+    return table
+
+
+def verdict(lo: float, hi: float, n: int, min_prompts: int = 1, p_holm: float | None = None,
+            alpha: float = 0.05) -> str:
+    """"helps" / "hurts" when the interval excludes 0 (and, given its family's Holm-adjusted p-value, that is
+    below `alpha`), "not after correction" when only the interval does, "CI includes 0" when it does not, "too
+    few prompts" below `min_prompts` (or without an interval)."""
     if n < min_prompts or not (math.isfinite(lo) and math.isfinite(hi)):
         return "too few prompts"
-    return "helps" if lo > 0 else "hurts" if hi < 0 else "CI includes 0"
+    if not (lo > 0 or hi < 0):
+        return "CI includes 0"
+    if p_holm is not None and not p_holm < alpha:
+        return "not after correction"
+    return "helps" if lo > 0 else "hurts"
 
 
 def by_type(instructions, baseline: str = "io", view: str = "as answered", grouping: str = "id",
@@ -434,7 +450,8 @@ def by_type(instructions, baseline: str = "io", view: str = "as answered", group
     part before the colon, e.g. detectable_format): each mode's strict followed rate and its difference from
     `baseline`, paired over the prompts holding that type (a prompt's value: the followed share of its
     instructions of that type), with a paired bootstrap interval. A type on fewer than `min_prompts` prompts gets
-    no verdict: a percentile bootstrap of a handful of prompts covers far less than its nominal level."""
+    no verdict: a percentile bootstrap of a handful of prompts covers far less than its nominal level. The types
+    with a verdict are one family, Holm-corrected (`p_holm`), as in mode_differences."""
     import pandas as pd
 
     if grouping not in ("id", "category"):
@@ -448,12 +465,14 @@ def by_type(instructions, baseline: str = "io", view: str = "as answered", group
         if baseline not in g:
             continue
         for mode in [m for m in MODES if m != baseline and m in g]:
-            d, lo, hi, n = stats.paired_bootstrap(g[mode], g[baseline], level=level, resamples=resamples, seed=seed)
+            d, lo, hi, n, p = stats.paired_bootstrap(g[mode], g[baseline], level=level, resamples=resamples,
+                                                     seed=seed, with_p=True)
             rows.append({"benchmark": b, "type": t, "mode": MODE_LABELS[mode], "prompts": n,
                          f"{MODE_LABELS[baseline]} rate": g[baseline].mean(), "rate": g[mode].mean(),
-                         "diff": d, "lo": lo, "hi": hi, "verdict": verdict(lo, hi, n, min_prompts)})
-    return pd.DataFrame(rows, columns=["benchmark", "type", "mode", "prompts", f"{MODE_LABELS[baseline]} rate",
-                                       "rate", "diff", "lo", "hi", "verdict"])
+                         "diff": d, "lo": lo, "hi": hi, "p": p})
+    return _holm_verdicts(pd.DataFrame(rows, columns=["benchmark", "type", "mode", "prompts",
+                                                      f"{MODE_LABELS[baseline]} rate", "rate", "diff", "lo", "hi",
+                                                      "p"]), level, min_prompts)
 
 
 def format_table(outputs):
@@ -575,6 +594,7 @@ def conclusions(differences, types, formats, reasoning, model: str, threshold: f
         lines.append(f"SDC: {100 * share:.0f}% of its second passes were shown a think block; the others were "
                      "shown the text None as the reasoning (as the authors' code writes a missing reasoning_content), "
                      "so there SDC answers a second time without being shown any reasoning.")
+    family = int(differences["p_holm"].notna().sum())
     for (b, comparison), g in differences.groupby(["benchmark", "comparison"], sort=False):
         g = g[g["metric"] == MAIN[b]].set_index("view")
         views = list(g.index) if abs(g["diff"].iloc[0] - g["diff"].iloc[-1]) > 1e-9 else [g.index[0]]
@@ -582,15 +602,25 @@ def conclusions(differences, types, formats, reasoning, model: str, threshold: f
             r = g.loc[view]
             head = (f"{b} {MAIN[b]} ({view}), {comparison}: {r['diff']:+.1f} points ({pct} paired bootstrap CI "
                     f"{r['lo']:+.1f} to {r['hi']:+.1f}, {int(r['prompts'])} prompts)")
-            tail = {"helps": "helps.", "hurts": "hurts.", "too few prompts": "too few prompts for an interval."}
+            tail = {"helps": f"helps (Holm-adjusted p {r['p_holm']:.3g} over the {family} comparisons of the "
+                             "difference table).",
+                    "hurts": f"hurts (Holm-adjusted p {r['p_holm']:.3g} over the {family} comparisons of the "
+                             "difference table).",
+                    "not after correction": f"its own interval excludes 0, but not after Holm's correction over the "
+                                            f"{family} comparisons of the difference table (adjusted p "
+                                            f"{r['p_holm']:.3g}), so its sign is not decided.",
+                    "too few prompts": "too few prompts for an interval."}
             lines.append(f"{head}: " + tail.get(r["verdict"], "the interval includes 0, so these prompts cannot "
                                                                "decide its sign."))
     for mode, g in types.groupby("mode", sort=False):
         decided = g[g["verdict"].isin(["helps", "hurts"])]
         few = (g["verdict"] == "too few prompts").sum()
+        corrected = (g["verdict"] == "not after correction").sum()
         text = (f"Per instruction type, {mode} against I/O: {len(g)} types, {few} on too few prompts for a verdict; "
-                f"helps on {(decided['verdict'] == 'helps').sum()}, hurts on {(decided['verdict'] == 'hurts').sum()}, "
-                f"the interval includes 0 on the other {len(g) - few - len(decided)}")
+                f"helps on {(decided['verdict'] == 'helps').sum()}, hurts on {(decided['verdict'] == 'hurts').sum()} "
+                f"after Holm's correction over the {int(types['p_holm'].notna().sum())} type comparisons with a "
+                f"verdict; on {corrected} more only the type's own interval excludes 0; the interval includes 0 on "
+                f"the other {len(g) - few - len(decided) - corrected}")
         named = "; ".join(f"{r.type} ({r.benchmark}, {r.diff:+.2f})" for r in decided.itertuples())
         lines.append(text + (f": {named}." if named else "."))
     superficial = next((c for c in reasoning.columns if c.startswith("superficial")), None)
