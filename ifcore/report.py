@@ -1,7 +1,8 @@
 """`ifcore report` (`make report`): the executed notebooks as an HTML site a reviewer reads offline.
 
 One page per notebook (nbconvert's lab template, images embedded, no script or style fetched from the network,
-widget outputs replaced by their text, no mid-word breaks, wide tables scrolled inside their own box) and an index
+widget outputs replaced by their text, no mid-word breaks, wide tables and long code cells scrolled inside their own
+box) and an index
 with one card per stage: its question (the notebook's title and first paragraph), its first figure, the
 conclusions its run decided (the lines of its closing cell that state a decided sign), and how long it ran.
 """
@@ -21,6 +22,8 @@ CSS = """<style>
 pre, .jp-OutputArea-output pre { word-break: normal !important; overflow-wrap: anywhere; white-space: pre-wrap; }
 .jp-OutputArea-output table, .jp-RenderedHTMLCommon table { display: block; overflow-x: auto; max-width: 100%; }
 img { max-width: 100%; height: auto; }
+/* results first: a long code cell scrolls inside its own box (all of it there) instead of pushing them down */
+.jp-CodeCell:not(.celltag_parameters) .jp-InputArea-editor > .cm-editor { max-height: 10.5em; overflow-y: auto; }
 </style>"""
 
 

@@ -34,7 +34,7 @@ def shot(page: Path, out: Path, height: int, heading: str | None = None) -> None
     try:
         subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                         f"--window-size=1400,{height}", "--virtual-time-budget=10000",
-                        f"--screenshot={out.resolve()}", probe.as_uri()], check=True, capture_output=True, timeout=300)
+                        f"--screenshot={out.resolve()}", probe.resolve().as_uri()], check=True, capture_output=True, timeout=300)
     finally:
         probe.unlink()
     print(out)

@@ -11,9 +11,8 @@ from ifcore.report import build
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE_BUDGET = 15  # screens of 900 px at 1400 px wide (issue 28)
-# Rendered on 2026-12-05, before progress bars were quiet in papermill runs: their pages are long with progress
-# lines. The next `make reproduce` renders them short; then this set must become empty (the test says so).
-RENDERED_WITH_PROGRESS_BARS = {"02_raif_superior_cot", "03_scopeif_graded_reward", "04_rtt_token_rewards"}
+# Pages over the budget: none since the fresh make reproduce of 2026-12-05 rendered with quiet progress.
+RENDERED_WITH_PROGRESS_BARS = set()
 
 needs_chromium = pytest.mark.skipif(chromium() is None, reason="no headless Chromium (make test installs Debian's "
                                                                "chromium-headless-shell when run as root)")
