@@ -328,11 +328,11 @@ def run_study(model, benchmarks=BENCHMARKS, subset: int | None = None, subset_se
     if not benchmarks:
         raise ValueError("benchmarks: name at least one of " + ", ".join(BENCHMARKS))
     items = {b: load_items(b, subset, subset_seed) for b in benchmarks}
-    skipped = {}
-    for b in benchmarks:
-        flags, _ = too_long(model, [cot_messages(i["prompt"]) for i in items[b]], params)  # CoT's is the longer
-        skipped[b] = [i["key"] for i, f in zip(items[b], flags) if f]
-        items[b] = [i for i, f in zip(items[b], flags) if not f]
+    # One pass over every drawn prompt (the tokenizer loads once); CoT's chat is the longer of the two.
+    flags = iter(too_long(model, [cot_messages(i["prompt"]) for b in benchmarks for i in items[b]], params)[0])
+    marked = {b: [(i, next(flags)) for i in items[b]] for b in benchmarks}
+    skipped = {b: [i["key"] for i, f in marked[b] if f] for b in benchmarks}
+    items = {b: [i for i, f in marked[b] if not f] for b in benchmarks}
     flat = [(b, item) for b in benchmarks for item in items[b]]
     generated = generate_modes(model, [item["prompt"] for _, item in flat], params, modes, progress)
     outputs = []
@@ -569,6 +569,7 @@ def short_passes(outputs, prompts, max_words: int = 5, view: str = "as answered"
              "output": r.output} for r in outputs.itertuples()
             if r.output_words <= max_words and (r.benchmark, r.key, r.mode) in passed]
     return pd.DataFrame(rows, columns=["benchmark", "key", "mode", "words", "output"])
+
 
 def conclusions(differences, types, formats, reasoning, model: str, threshold: float = 0.5,
                 level: float = 0.95) -> list[str]:
