@@ -140,3 +140,95 @@ def holm(pvalues) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p[i]))
         out[i] = running
     return [float(v) for v in out]
+
+
+# ---- a notebook's pre-registered primary question: power, the three-valued verdict ----------------------------------
+
+FOUND, EQUIVALENT, UNDECIDED = "effect found", "no effect as large as the smallest of interest", "undecided"
+
+
+def paired_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t-test at level `alpha` to find a mean difference `effect` over n pairs whose
+    differences have standard deviation `sd` (statsmodels' TTestPower, the noncentral t)."""
+    from statsmodels.stats.power import TTestPower
+
+    if n < 2 or sd <= 0:
+        raise ValueError(f"paired_power: needs n >= 2 and sd > 0, got n={n}, sd={sd}")
+    return float(TTestPower().power(effect_size=abs(effect) / sd, nobs=n, alpha=alpha, alternative="two-sided"))
+
+
+def equivalence_power(margin: float, sd: float, n: int, alpha: float = 0.05, true: float = 0.0) -> float:
+    """Power of TOST (two one-sided t-tests at `alpha`, i.e. the 1 - 2 alpha t-interval inside +-margin) over n
+    pairs of difference sd `sd` when the true mean difference is `true`. statsmodels tests TOST but has no power for
+    it, so this integrates over the sample standard deviation s (s^2 ~ sd^2 chi2_{n-1} / (n-1)): the interval
+    mean -/+ t s / sqrt(n) lies inside +-margin iff the sample mean is within margin - t s / sqrt(n) of 0."""
+    from scipy import integrate
+    from scipy.stats import chi2, norm, t
+
+    if n < 2 or sd <= 0 or margin <= 0:
+        raise ValueError(f"equivalence_power: needs n >= 2, sd > 0 and margin > 0, got n={n}, sd={sd}, "
+                         f"margin={margin}")
+    q, se = float(t.ppf(1 - alpha, n - 1)), sd / math.sqrt(n)
+
+    def given_s2(x: float) -> float:  # x = (n-1) s^2 / sd^2
+        half = margin - q * sd * math.sqrt(x / (n - 1)) / math.sqrt(n)
+        if half <= 0:
+            return 0.0
+        return (norm.cdf((half - true) / se) - norm.cdf((-half - true) / se)) * chi2.pdf(x, n - 1)
+
+    top = (n - 1) * (margin * math.sqrt(n) / (q * sd)) ** 2  # beyond it the interval is wider than 2 margin
+    return float(integrate.quad(given_s2, 0, top, limit=200)[0])
+
+
+def seeds_for_power(sesoi: float, sd: float, alpha: float = 0.05, power: float = 0.8,
+                    max_seeds: int = 200) -> dict:
+    """The fewest seeds (paired differences) with which a primary question is decided either way with probability
+    at least `power`: the paired t-test finds a true difference of `sesoi` (the smallest effect of interest), and
+    TOST excludes an effect that large when the true difference is 0. `sd`: the standard deviation of the paired
+    differences, from a pilot. {"seeds", "power_found", "power_equivalence"}; ValueError past max_seeds."""
+    if sesoi <= 0 or sd <= 0 or not 0 < alpha < 0.5 or not 0 < power < 1:
+        raise ValueError(f"seeds_for_power: needs sesoi > 0, sd > 0, 0 < alpha < 0.5 and 0 < power < 1, got "
+                         f"sesoi={sesoi}, sd={sd}, alpha={alpha}, power={power}")
+    for n in range(2, max_seeds + 1):
+        found, equivalent = paired_power(sesoi, sd, n, alpha), equivalence_power(sesoi, sd, n, alpha)
+        if min(found, equivalent) >= power:
+            return {"seeds": n, "power_found": found, "power_equivalence": equivalent}
+    raise ValueError(f"seeds_for_power: more than {max_seeds} seeds are needed to decide a difference of {sesoi} "
+                     f"against a seed-to-seed sd of {sd} (a larger smallest effect, or less noise)")
+
+
+def primary_verdict(diffs, sesoi: float, alpha: float = 0.05) -> dict:
+    """The three-valued verdict of a primary question from its paired differences (one per seed, arm minus
+    comparator; None/NaN dropped): "effect found" where the two-sided 1 - alpha t-interval excludes 0 (the paired
+    t-test, p < alpha); "no effect as large as the smallest of interest" where TOST at alpha excludes +-sesoi (the
+    1 - 2 alpha interval lies inside it); "undecided" otherwise. Only the first two decide. An effect found that TOST
+    also bounds below sesoi keeps the verdict "effect found", with `below_sesoi` true.
+
+    Returns plain data (a rendering's metadata): estimate, ci_lo, ci_hi (1 - alpha), tost_lo, tost_hi (1 - 2 alpha),
+    p (t-test), p_tost, n, sd, verdict, direction (positive / negative / None), below_sesoi."""
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    x = np.array([np.nan if v is None else v for v in diffs], dtype=float)
+    x = x[np.isfinite(x)]
+    n = len(x)
+    if n < 2:
+        raise ValueError(f"primary_verdict: {n} finite difference(s); a verdict needs at least 2 seeds")
+    if sesoi <= 0:
+        raise ValueError(f"primary_verdict: sesoi must be > 0, got {sesoi}")
+    d = DescrStatsW(x)
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    if sd == 0:  # no spread: the t statistics are infinite, the intervals points
+        p = 1.0 if mean == 0 else 0.0
+        p_tost = 0.0 if abs(mean) < sesoi else 1.0
+        (lo, hi), (tlo, thi) = (mean, mean), (mean, mean)
+    else:
+        p = float(d.ttest_mean(0.0)[1])
+        p_tost = float(d.ttost_mean(-sesoi, sesoi)[0])
+        lo, hi = (float(v) for v in d.tconfint_mean(alpha))
+        tlo, thi = (float(v) for v in d.tconfint_mean(2 * alpha))
+    found, equivalent = p < alpha, p_tost < alpha
+    return {"estimate": mean, "ci_lo": lo, "ci_hi": hi, "tost_lo": tlo, "tost_hi": thi, "p": p, "p_tost": p_tost,
+            "n": n, "sd": sd, "alpha": alpha, "sesoi": sesoi,
+            "verdict": FOUND if found else EQUIVALENT if equivalent else UNDECIDED,
+            "direction": ("positive" if mean > 0 else "negative") if found else None,
+            "below_sesoi": bool(found and equivalent)}
