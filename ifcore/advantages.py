@@ -118,7 +118,8 @@ def ablation_relevance(weighting: str, lengths, constraints: int, rng=None) -> l
     raise ValueError(f"ablation_relevance: weighting must be 'uniform' or 'random', got {weighting!r}")
 
 
-def token_rtt(relevance, satisfied, response_adv, alpha: float = 1.0, beta: float = 0.5, mode: str = "intra"):
+def token_rtt(relevance, satisfied, response_adv, alpha: float = 1.0, beta: float = 0.5, mode: str = "intra",
+              std_floor: float = 0.0):
     """RTT-GRPO token advantages of one group (RTT sections 4.2.1-4.2.2, eq. 7; the inter-sample ablation of
     section 3.2 and app. D). The authors' code: `roll/utils/functionals.py:698-727` (intra, "token_only_adv-
     rubrics_mean"), :669-694 (inter, "group_token_adv-rubrics_mean"), :1006-1007 (A + w A_tok, "add").
@@ -129,7 +130,15 @@ def token_rtt(relevance, satisfied, response_adv, alpha: float = 1.0, beta: floa
     deviation is the population one (as the authors' masked std, :716) and a constant column gives 0 (where
     theirs divides by std + 1e-6). A_tok is the mean over constraints; the result, one [T_i] array per response,
     is alpha * A_res + beta * A_tok.
+
+    `std_floor` (NOT in RTT; 0, the default, is the paper's normalization): a column whose standard deviation is
+    below it gives 0 instead of its z-scores. A discriminator's nearly constant p on a GLOBAL constraint (0.996
+    to 0.998) has a tiny std that z-scoring blows up to unit variance: the paper's std + 1e-6 turns that noise
+    into A_tok of the size of a real signal. Score * p lies in [-1, 1], so a floor of 0.05 keeps any column whose
+    relevance really varies.
     """
+    if not 0 <= std_floor < 1:
+        raise ValueError(f"token_rtt: std_floor must be in [0, 1), got {std_floor!r}")
     if mode not in ("intra", "inter"):
         raise ValueError(f"token_rtt: mode must be 'intra' or 'inter', got {mode!r}")
     p = [_as_array(x) for x in relevance]
@@ -149,15 +158,16 @@ def token_rtt(relevance, satisfied, response_adv, alpha: float = 1.0, beta: floa
     else:
         stats = [(x.mean(axis=0), x.std(axis=0)) if len(x) else (0.0, 0.0) for x in r]
     out = []
+    floor = max(_FLAT, std_floor)
     for x, (mu, sd), a in zip(r, stats, adv):
-        z = np.where(sd > _FLAT, (x - mu) / np.where(sd > _FLAT, sd, 1.0), 0.0)
+        z = np.where(sd > floor, (x - mu) / np.where(sd > floor, sd, 1.0), 0.0)
         a_tok = z.mean(axis=1) if z.shape[1] else np.zeros(len(z))
         out.append(alpha * a + beta * a_tok)
     return out
 
 
 def token_rtt_groups(relevance, satisfied, response_adv, alpha: float = 1.0, beta: float = 0.5,
-                     mode: str = "intra") -> list[np.ndarray]:
+                     mode: str = "intra", std_floor: float = 0.0) -> list[np.ndarray]:
     """token_rtt over B groups at once: relevance and satisfied list the B * G responses in group order (rows
     g*G .. g*G + G - 1 answer prompt g), response_adv is [B, G]. Each group is normalized on its own list of
     [T_i, C] arrays, never by reshaping a [G, C, T] tensor: the authors' `functionals.py:707` reshapes it to
@@ -172,5 +182,5 @@ def token_rtt_groups(relevance, satisfied, response_adv, alpha: float = 1.0, bet
     for g in range(adv.shape[0]):
         rows = range(g * size, (g + 1) * size)
         out += token_rtt([relevance[i] for i in rows], [list(satisfied[i]) for i in rows], adv[g], alpha=alpha,
-                         beta=beta, mode=mode)
+                         beta=beta, mode=mode, std_floor=std_floor)
     return out

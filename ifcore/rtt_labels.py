@@ -261,3 +261,37 @@ def parse_annotation(answer: str, response: str) -> dict:
             spans.append((at, at + len(t)))
             at = response.find(t, at + 1)
     return {"type": kind, "spans": merge(spans), "unmatched": unmatched}
+
+
+def verifier_relevance(tokenizer, ids: Sequence[int], constraints: Sequence[Constraint], verdicts, offset: int,
+                       labels: str = "paper", text: str | None = None) -> tuple[list[int], list[list[float]]]:
+    """RTT's oracle relevance of one response, the one both engines train with (the embedded trainer's
+    rtt_relevance "verifier", the OpenRLHF plug-ins' IFCORE_RTT_RELEVANCE=verifier): (scored, p) with scored the
+    indices into `ids` of the answer tokens (after the last `</think>`, before the first special token) and p, one
+    row per scored token, one 0/1 column per constraint: `relevant_spans` of its verdict mapped to the tokens by the
+    tokenizer's offsets (app. C.3). `verdicts` and `offset` are score_response's for the text `ids` decode to up to
+    their first special token (a verdict of None, a constraint not verified, gives a column of 0).
+
+    The response is decoded and tokenized again for the offsets; where that does not give `ids` back, or `text`
+    (the text the verdicts were computed on, when given) is not that decode, no token is scored (scored empty: the
+    response keeps its response-level advantage alone)."""
+    special = set(tokenizer.all_special_ids)
+    k = next((t for t, i in enumerate(ids) if i in special), len(ids))
+    decoded = tokenizer.decode(list(ids[:k]), skip_special_tokens=False)
+    if text is not None and decoded != text:
+        return [], []
+    text = decoded
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    if list(enc["input_ids"]) != list(ids[:k]):
+        return [], []
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    close = text.rfind("</think>")
+    start = close + len("</think>") if close >= 0 else 0
+    scored = [t for t, (a, _) in enumerate(offsets) if a >= start]
+    cols = []
+    for c, v in zip(constraints, verdicts):
+        # verdict spans index text[offset:]; the paper's GLOBAL spans the whole answer
+        spans = [(a + offset, b + offset) for a, b in relevant_spans(c, v, (start - offset, len(text) - offset),
+                                                                    labels)] if v else []
+        cols.append(token_labels(spans, offsets))
+    return scored, [[float(col[t]) for col in cols] for t in scored]

@@ -488,9 +488,9 @@ def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
 
 
 def collapse_notes(samples: dict) -> list[str]:
-    """The policies whose every sampled response has an empty plan (0 reasoning tokens), said in a sentence each:
-    RAIF's warning sign (reasoning that collapses under RL), visible otherwise only in the samples table.
-    `samples`: policy name -> grpo.sample_responses rows."""
+    """The policies whose every sampled response has an empty plan (0 reasoning tokens; a truncated plan, None, is
+    not empty), said in a sentence each: RAIF's warning sign (reasoning that collapses under RL), visible otherwise
+    only in the samples table. `samples`: policy name -> grpo.sample_responses rows."""
     return [f"{who}: all {len(rows)} sampled responses have an empty plan (0 reasoning tokens): its reasoning "
             "collapsed in this run (the per-seed reasoning length below shows whether other seeds did too)."
             for who, rows in samples.items() if rows and all(r["reasoning_tokens"] == 0 for r in rows)]

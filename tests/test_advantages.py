@@ -260,3 +260,39 @@ def test_token_rtt_groups_normalizes_each_group_on_its_own():
     np.testing.assert_array_equal(np.concatenate([d.ravel() for d in draws]), expect)
     with pytest.raises(ValueError, match="needs an rng"):
         ablation_relevance("random", [3], 1)
+
+
+def test_the_std_floor_zeroes_a_nearly_constant_relevance_and_nothing_else():
+    """A discriminator's p on a GLOBAL constraint varies in its last digits (0.9962-0.9975 in notebook 04): the
+    paper's z-scoring turns that into A_tok of unit size; a std floor (NOT in RTT) turns it into 0, and leaves a
+    column whose relevance really varies exactly as it was."""
+    rng = np.random.default_rng(0)
+    flat = [0.996 + 0.0015 * rng.random((12, 1)) for _ in range(2)]
+    varied = [rng.random((12, 1)) for _ in range(2)]
+    sat, adv = [[True], [False]], [0.0, 0.0]
+    paper = token_rtt(flat, sat, adv, alpha=0.0, beta=1.0)
+    assert all(a.std() > 0.5 for a in paper)  # noise blown up to unit variance
+    floored = token_rtt(flat, sat, adv, alpha=0.0, beta=1.0, std_floor=0.05)
+    assert all(np.all(a == 0) for a in floored)
+    for a, b in zip(token_rtt(varied, sat, adv, alpha=0.0, beta=1.0),
+                    token_rtt(varied, sat, adv, alpha=0.0, beta=1.0, std_floor=0.05)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="std_floor must be in"):
+        token_rtt(flat, sat, adv, std_floor=1.0)
+
+
+@given(st.integers(2, 6), st.integers(1, 3), st.floats(0.0, 0.5), st.integers(0, 2**31))
+def test_a_floor_changes_only_the_columns_below_it(t, c, floor, seed):
+    rng = np.random.default_rng(seed)
+    rel = [rng.random((t, c)) * rng.choice([1e-3, 1.0], size=(1, c)) for _ in range(3)]
+    sat = rng.random((3, c)) < 0.5
+    base = token_rtt(rel, sat, [0.0] * 3, alpha=0.0, beta=1.0, mode="intra")
+    got = token_rtt(rel, sat, [0.0] * 3, alpha=0.0, beta=1.0, mode="intra", std_floor=floor)
+    for x, s, a, b in zip(rel, sat, base, got):
+        r = x * (2.0 * (s.astype(float) - 0.5))
+        sd = r.std(axis=0)
+        mu = r.mean(axis=0)
+        z = np.where(sd > max(floor, 1e-9), (r - mu) / np.where(sd > 0, sd, 1.0), 0.0)
+        np.testing.assert_allclose(b, z.mean(axis=1), atol=1e-12)
+        if np.all(sd > floor):
+            np.testing.assert_array_equal(a, b)

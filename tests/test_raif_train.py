@@ -444,3 +444,17 @@ def test_no_think_rollouts_get_no_gradient_and_the_cot_rollouts_the_authors_adva
     torch.testing.assert_close(advantages[:, 0].double(), authors[train], rtol=0, atol=1e-6)
     assert torch.equal(mask, got["mask"][train])
     assert logp.grad is not None  # the trained rows have a gradient; the others are not in the graph at all
+
+
+def test_a_truncated_reasoning_counts_as_truncated_not_as_zero_tokens(tokenizer):
+    from ifcore.train.grpo import reasoning_summary, reasoning_tokens
+
+    ended = "<think>a b c</think><answer>a</answer>"
+    cut = "<think>a b c a b c a b"  # the rollout limit reached inside the plan
+    assert reasoning_tokens(tokenizer, ended) > 0
+    assert reasoning_tokens(tokenizer, cut) is None
+    assert reasoning_tokens(tokenizer, "<answer>a</answer>") == 0  # no think block at all: no reasoning
+    summary = reasoning_summary(tokenizer, [ended, cut, cut, "<think></think><answer>a</answer>"], "eval_")
+    assert summary["eval_reasoning_truncated"] == 0.5
+    assert summary["eval_reasoning_tokens"] == reasoning_tokens(tokenizer, ended) / 2  # over the two that ended
+    assert reasoning_summary(tokenizer, [cut])["reasoning_tokens"] is None

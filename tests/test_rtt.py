@@ -539,6 +539,61 @@ def test_token_advantage_modes(assets):
         rtt.token_advantages("broadcast", response, mask, criteria, satisfied, adv, 1.0, 0.5, disc.tokenizer, disc)
 
 
+def test_the_oracle_relevance_is_the_verifiers_evidence_through_the_shared_function(assets):
+    """rtt_relevance "verifier": the embedded trainer's token advantages are token_rtt_groups over
+    ifcore.rtt_labels.verifier_relevance (the function the OpenRLHF plug-in calls): a GLOBAL constraint gets A_tok
+    exactly 0 (its labels are constant), a LOCAL one moves exactly the tokens of its evidence; no discriminator."""
+    from ifcore.advantages import token_rtt_groups
+    from ifcore.rewards import score_response
+    from ifcore.rtt_labels import verifier_relevance
+
+    tok = rtt.Discriminator.from_pretrained(assets["disc"]).tokenizer
+    constraints = [_c({"count": "occurrence", "of": "river"}, {"min": 1}),  # LOCAL positive: "include river"
+                   _c({"count": "word"}, {"max": 50})]  # GLOBAL: every answer token, whatever the verdict
+    texts = [EMPTY_THINK + "The river runs by the stone.", EMPTY_THINK + "The stone is cold.",
+             EMPTY_THINK + "A river, a river.", EMPTY_THINK + "Cold stone."]
+    ids = [tok(t, add_special_tokens=False).input_ids + [tok.eos_token_id] for t in texts]
+    width = max(map(len, ids))
+    response = torch.tensor([r + [tok.pad_token_id] * (width - len(r)) for r in ids])
+    mask = torch.tensor([[True] * len(r) + [False] * (width - len(r)) for r in ids])
+    scores = [score_response(t, constraints, kind="cla", think="auto") for t in texts]
+    satisfied = [s["satisfied"] for s in scores]
+    adv = np.array([[1.0, -1.0], [0.5, -0.5]])
+    verified = [(constraints, s["verdicts"], s["offset"], t) for s, t in zip(scores, texts)]
+    out, _ = rtt.token_advantages("rtt", response, mask, [["c1", "c2"]] * 4, satisfied, adv, 1.0, 0.5, tok,
+                                  verified=verified)
+    shared = [verifier_relevance(tok, r, constraints, s["verdicts"], s["offset"], text=t)
+              for r, s, t in zip(ids, scores, texts)]
+    want = token_rtt_groups([np.asarray(p) for _, p in shared], satisfied, adv, alpha=1.0, beta=0.5)
+    answer = rtt.answer_tokens(tok, response, mask)
+    for i, ((scored, p), w) in enumerate(zip(shared, want)):
+        assert scored == torch.nonzero(answer[i]).flatten().tolist()  # the same answer tokens as the discriminator's
+        np.testing.assert_allclose(out[i, scored].numpy(), w, rtol=1e-6)
+        assert np.all(np.asarray(p)[:, 1] == 1)  # GLOBAL: all relevant, so its z-scores are 0
+        offsets = tok(texts[i], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        spans = [(m.start(), m.end()) for m in re.finditer("river", texts[i])]
+        river = [k for k, t in enumerate(scored) if any(a < offsets[t][1] and offsets[t][0] < b for a, b in spans)]
+        assert river or not satisfied[i][0]
+        assert [k for k in range(len(scored)) if p[k][0] == 1] == (river if satisfied[i][0] else [])
+    # A response without its constraint's evidence has one constant column: A_tok exactly 0, the advantage alone.
+    assert torch.equal(out[1, mask[1]], torch.full((int(mask[1].sum()),), -1.0))
+    # The verdicts must be of the decoded response: another text scores no token (the advantage alone).
+    other = verified[:3] + [(constraints, scores[3]["verdicts"], scores[3]["offset"], "something else")]
+    moved, _ = rtt.token_advantages("rtt", response, mask, [["c1", "c2"]] * 4, satisfied, adv, 1.0, 0.5, tok,
+                                    verified=other)
+    assert torch.equal(moved[3, mask[3]], torch.full((int(mask[3].sum()),), -0.5)) and torch.equal(moved[:3], out[:3])
+
+
+def test_rtt_grpo_with_the_oracle_relevance_trains_without_a_discriminator(assets, tmp_path):
+    rows = _train(assets, tmp_path / "oracle", token_advantages="rtt", rtt_relevance="verifier", rtt_std_floor=0.05)
+    train_rows = [r for r in rows if r["type"] == "train"]
+    assert len(train_rows) == 3 and all(r["token_adv_std"] is not None for r in train_rows)
+    with pytest.raises(ValueError, match="rtt_relevance: must be discriminator or verifier"):
+        load_config(None, token_advantages="rtt", rtt_relevance="labels")
+    with pytest.raises(ValueError, match=r"rtt_std_floor: must be in \[0, 1\)"):
+        load_config(None, rtt_std_floor=1.5)
+
+
 def test_answer_tokens_are_after_the_think_block_and_before_the_end_of_turn(assets):
     tok = rtt.Discriminator.from_pretrained(assets["disc"]).tokenizer
     ids = tok(EMPTY_THINK + "The river runs.", add_special_tokens=False).input_ids

@@ -17,7 +17,8 @@ a sys.meta_path finder patches each class when OpenRLHF itself imports its modul
 - IFCORE_RTT_BETA=b (> 0): RemoteExperienceMaker.compute_advantages_and_returns runs OpenRLHF's, then adds
   b x A_tok (RTT eq. 7: ifcore.advantages.token_rtt_groups) to each response's answer tokens. Needs
   --algo.advantage.estimator group_norm. IFCORE_RTT_MODE: "intra" (default, RTT's intra-sample token
-  normalization) or "inter" (the inter-sample ablation). The relevance p comes from IFCORE_RTT_RELEVANCE:
+  normalization) or "inter" (the inter-sample ablation). IFCORE_RTT_STD_FLOOR=f (NOT in RTT; unset: the paper's
+  normalization): a token-reward column whose std is below f gives A_tok 0 (ifcore.advantages.token_rtt). The relevance p comes from IFCORE_RTT_RELEVANCE:
   "verifier" (default) -- the verifier's evidence spans through RTT's taxonomy (ifcore.rtt_labels; the paper's
   labels, or IFCORE_RTT_LABELS=scoped for the scope-restricted variant) for the label's schema constraints;
   judged ones are left out of every relevance, their verdict being the reward function's judge's --, "uniform" (p = 1: A_tok = 0, RTT's uniform ablation), "random"
@@ -73,7 +74,7 @@ import torch
 from ifcore.advantages import ablation_relevance, token_rtt_groups
 from ifcore.integrations import load_constraints, settings
 from ifcore.rewards import score_response
-from ifcore.rtt_labels import LABELS, criteria_text, relevant_spans, token_labels
+from ifcore.rtt_labels import LABELS, criteria_text, verifier_relevance
 
 NOTHINK_SUFFIX = "<think>\n\n</think>\n"  # RAIF's empty think block (ifcore.train.sft.NOTHINK_PREFIX)
 THINK_CLOSE = "</think>"
@@ -160,13 +161,16 @@ def install() -> list[str]:
         if labels not in LABELS:
             raise ValueError(f"IFCORE_RTT_LABELS must be one of {', '.join(LABELS)}, got {labels!r}")
 
+        floor = _env_float("IFCORE_RTT_STD_FLOOR") or 0.0  # NOT in RTT: ifcore.advantages.token_rtt's std_floor
+        if not 0 <= floor < 1:
+            raise ValueError(f"IFCORE_RTT_STD_FLOOR must be in [0, 1), got {floor!r}")
         hosted = spec if ":" in spec else None  # a model-bound relevance: run on the GPU actors
 
         def rtt(original):
             # hosted: the trainer actor sends the function's name to the GPU actors and loads nothing itself
             relevance_fn = None if hosted else _relevance_fn(spec)
             return lambda self, experiences: add_rtt(self, original(self, experiences), beta, relevance_fn, mode,
-                                                     labels, hosted)
+                                                     labels, hosted, floor)
 
         patches.append((EXPERIENCE_MAKER, "RemoteExperienceMaker", "compute_advantages_and_returns", rtt, "rtt"))
     nothink = os.environ.get("IFCORE_RAIF_NOTHINK")
@@ -266,28 +270,18 @@ def response_relevance(tokenizer, ids: list[int], label, opts: dict, relevance_f
     special = set(tokenizer.all_special_ids)
     k = next((t for t, i in enumerate(ids) if i in special), len(ids))
     text = tokenizer.decode(ids[:k], skip_special_tokens=False)
-    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     # No end-of-turn token: cut at the length limit, gated to 0 as the reward function gates it.
     result = score_response(text, constraints, think=opts["think"], truncated=k == len(ids), budget_s=opts["budget_s"],
                             max_response_chars=opts["max_response_chars"])
-    if list(enc["input_ids"]) != list(ids[:k]):
+    scored, oracle = verifier_relevance(tokenizer, ids, constraints, result["verdicts"], result["offset"], labels)
+    if not scored:
         return [], np.zeros((0, len(constraints))), result["satisfied"]
-    offsets = [tuple(o) for o in enc["offset_mapping"]]
-    close = text.rfind(THINK_CLOSE)
-    start = close + len(THINK_CLOSE) if close >= 0 else 0
-    scored = [t for t, (a, _) in enumerate(offsets) if a >= start]
     if probs is None and relevance_fn is not None:
         probs = relevance_fn([criteria_text(c) for c in constraints], [list(ids)] * len(constraints))
     if probs is not None:
         p = np.stack([np.asarray(x, dtype=float)[scored] for x in probs], axis=1)
     else:
-        cols = []
-        for c, v in zip(constraints, result["verdicts"]):
-            off = result["offset"]  # verdict spans index text[off:]; the paper's GLOBAL spans the whole answer
-            spans = [(a + off, b + off) for a, b in relevant_spans(c, v, (start - off, len(text) - off), labels)
-                     ] if v else []
-            cols.append(np.asarray(token_labels(spans, offsets), dtype=float)[scored])
-        p = np.stack(cols, axis=1)
+        p = np.asarray(oracle, dtype=float)
     return scored, p.reshape(len(scored), len(constraints)), result["satisfied"]
 
 
@@ -325,7 +319,7 @@ def _relevance_batch(maker, relevance_fn, hosted: str | None, criteria: list[str
 
 @torch.no_grad()
 def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "intra", labels: str = "paper",
-            hosted: str | None = None):
+            hosted: str | None = None, std_floor: float = 0.0):
     """RTT-GRPO (eq. 7) on OpenRLHF's experiences: advantages (alpha = 1: OpenRLHF's group_norm advantage on every
     action token) + beta x A_tok on each response's scored answer tokens, A_tok from
     ifcore.advantages.token_rtt_groups (the embedded trainer's function; `mode` intra or inter) over each prompt's
@@ -370,7 +364,7 @@ def add_rtt(maker, experiences, beta: float, relevance_fn=None, mode: str = "int
             raise ValueError(f"IFCORE_RTT_BETA: the samples of group {g} have labels with different constraint "
                              "counts; a group answers one prompt")
     a_tok = token_rtt_groups([p for _, p, _ in got], [sat for _, _, sat in got], np.zeros((groups, n)),
-                             alpha=0.0, beta=beta, mode=mode)
+                             alpha=0.0, beta=beta, mode=mode, std_floor=std_floor)
     for (e, j), (pos, _, _), a in zip(members, got, a_tok):
         e.advantages[j, pos] += torch.from_numpy(a).to(e.advantages.dtype)
     return experiences

@@ -97,6 +97,13 @@ class TrainConfig:
     rtt_discriminator: str | None = _arg(None, "a discriminator folder (ifcore.train.rtt); needed by rtt and rtt_inter")
     rtt_alpha: float = _arg(1.0, "RTT eq. 7: weight of the response-level advantage A_res")
     rtt_beta: float = _arg(0.5, "RTT eq. 7: weight of the token-level advantage A_tok (the paper sweeps 0 to 1)")
+    rtt_relevance: str = _arg("discriminator", "rtt, rtt_inter: where the token relevance p comes from: discriminator "
+                                               "(rtt_discriminator's, the paper's) | verifier (the oracle the paper's "
+                                               "annotator approximates: the verdicts' evidence through RTT's taxonomy, "
+                                               "ifcore.rtt_labels.verifier_relevance, as the OpenRLHF plug-in's default)")
+    rtt_std_floor: float = _arg(0.0, "NOT in RTT (0: the paper's normalization): a token reward column whose std "
+                                     "within the response is below this gives A_tok 0 instead of z-scored noise "
+                                     "(ifcore.advantages.token_rtt)")
     eval_every: int = _arg(10, "held-out evaluation every N steps (and at the end)")
     eval_prompts: int = _arg(256, "the first N held-out rows")
     eval_samples: int = _arg(4, "samples per held-out prompt behind eval_csr / eval_isr (greedy: eval_greedy_*)")
@@ -144,6 +151,8 @@ LIMITS = {
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "clip_eps": (lambda v: 0 < v < 1, "in (0, 1)"),
     "token_advantages": (lambda v: v in TOKEN_ADVANTAGES, f"one of {', '.join(TOKEN_ADVANTAGES)}"),
     "rtt_alpha": _NON_NEGATIVE, "rtt_beta": _NON_NEGATIVE,
+    "rtt_relevance": (lambda v: v in ("discriminator", "verifier"), "discriminator or verifier"),
+    "rtt_std_floor": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "output_dir": (lambda v: v != "", "a directory"),
     **{k: _AT_LEAST_1 for k in ("steps", "prompts_per_step", "max_new_tokens", "ppo_epochs", "micro_batch",
                                  "eval_every", "eval_prompts", "eval_samples", "save_every")},
@@ -253,7 +262,8 @@ def load_config(path: str | None = None, **overrides) -> TrainConfig:
     if cfg.bc_coef and cfg.bc_data is None and cfg.reward != "raif":
         raise ValueError("bc_coef: the default expert responses are in RAIF's format (reward raif); give bc_data for "
                          f"reward {cfg.reward}")
-    if cfg.token_advantages in ("rtt", "rtt_inter") and cfg.rtt_discriminator is None:  # RTT
+    if cfg.token_advantages in ("rtt", "rtt_inter") and cfg.rtt_relevance == "discriminator" and \
+            cfg.rtt_discriminator is None:  # RTT
         raise ValueError(f"rtt_discriminator: token_advantages {cfg.token_advantages} needs a discriminator folder "
-                         "(ifcore.train.rtt.train_discriminator writes one)")
+                         "(ifcore.train.rtt.train_discriminator writes one), or rtt_relevance verifier")
     return cfg

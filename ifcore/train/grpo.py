@@ -258,7 +258,7 @@ def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: i
         row[f"{prefix}_response_len"] = float(mask.sum(-1).float().mean())
         row[f"{prefix}_truncated_fraction"] = float(np.mean(truncated))
         if not nothink:
-            row[f"{prefix}_reasoning_tokens"] = float(np.mean([reasoning_tokens(tokenizer, t) for t in texts]))
+            row |= reasoning_summary(tokenizer, texts, f"{prefix}_")
     row["eval_seconds"] = round(time.time() - t0, 3)
     return row
 
@@ -305,13 +305,26 @@ def accuracy(score: dict) -> float:
     return float(raif(score["satisfied"], ok, score.get("reasoning") is None)) - (1.0 if ok else -1.0)
 
 
-def reasoning_tokens(tokenizer, text: str) -> int:
-    """Tokens of reasoning in a response: inside its first <think> ... </think> (RAIF Fig. 3); 0 without one."""
+def reasoning_tokens(tokenizer, text: str) -> int | None:
+    """Tokens of reasoning in a response: inside its first <think> ... </think> (RAIF Fig. 3); 0 without a think
+    block; None where the block is opened and never closed (the reasoning was truncated: its length is unknown,
+    not short; `reasoning_summary` counts such responses apart)."""
     a = text.find("<think>")
-    b = text.find("</think>", a)
-    if a < 0 or b < 0:
+    if a < 0:
         return 0
+    b = text.find("</think>", a)
+    if b < 0:
+        return None
     return len(tokenizer(text[a + len("<think>"):b].strip(), add_special_tokens=False).input_ids)
+
+
+def reasoning_summary(tokenizer, texts: list[str], prefix: str = "") -> dict:
+    """{prefix}reasoning_tokens, the mean over responses whose reasoning ended (None if none did), and
+    {prefix}reasoning_truncated, the share whose think block never closed."""
+    counts = [reasoning_tokens(tokenizer, t) for t in texts]
+    ended = [c for c in counts if c is not None]
+    return {f"{prefix}reasoning_tokens": float(np.mean(ended)) if ended else None,
+            f"{prefix}reasoning_truncated": float(np.mean([c is None for c in counts])) if counts else None}
 
 
 def read_references(path: str) -> list:
@@ -372,7 +385,8 @@ def rollout_groups(policy, reference, tokenizer, train_rows, idx: list[int], ref
     whose CoT rollouts all scored the same R_accuracy: kept, as the authors keep them), train_share (rollouts that
     train, the authors' logged keep_ratio, ppo_trainer_prm800k_box.py:404, 483) with rollouts_trained /
     rollouts_sampled, refill_rounds; over the step's own rows: cot_reward_mean, nothink_reward_mean,
-    reasoning_tokens and empty_reasoning (the share of CoT rollouts whose reasoning is empty or the placeholder).
+    reasoning_tokens (over rollouts whose reasoning ended), reasoning_truncated (the share whose think block never
+    closed) and empty_reasoning (the share of CoT rollouts whose reasoning is empty or the placeholder).
     """
     from ifcore.advantages import reference_superior, superior_cot_mask
 
@@ -410,7 +424,7 @@ def rollout_groups(policy, reference, tokenizer, train_rows, idx: list[int], ref
             cot = [i for i in range(len(texts)) if not nothink[i % G]]
             stats = {"cot_reward_mean": float(reward[:, ~nothink].mean()),
                      "nothink_reward_mean": float(reward[:, nothink].mean()) if n_nothink else None,
-                     "reasoning_tokens": float(np.mean([reasoning_tokens(tokenizer, texts[i]) for i in cot])),
+                     **reasoning_summary(tokenizer, [texts[i] for i in cot]),
                      "empty_reasoning": float(np.mean([scores[i].get("reasoning") is not None for i in cot]))}
         sampled += len(rows)
         passed_groups += int(keep.sum())
@@ -552,7 +566,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             reference, _ = load_policy(paths["model"], device)
             reference.eval().requires_grad_(False)
         discriminator = None  # RTT: frozen, reading the policy's own token ids
-        if cfg.token_advantages in ("rtt", "rtt_inter"):
+        if cfg.token_advantages in ("rtt", "rtt_inter") and cfg.rtt_relevance == "discriminator":
             discriminator = rtt.Discriminator.from_pretrained(cfg.rtt_discriminator, device)
             discriminator.eval().requires_grad_(False)
             discriminator.precision = cfg.precision
@@ -637,7 +651,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                     cfg.token_advantages, seqs[:, n_prompt:], mask,
                     [[criteria_text(c) for c in batch[i // G][1]] for i in range(len(scores))],
                     [s["satisfied"] for s in scores], group_norm(rewards), cfg.rtt_alpha, cfg.rtt_beta, tokenizer,
-                    discriminator, np.random.default_rng([cfg.seed, step, 0x277]))
+                    discriminator, np.random.default_rng([cfg.seed, step, 0x277]), std_floor=cfg.rtt_std_floor,
+                    verified=[(batch[i // G][1], s["verdicts"], s["offset"], texts[i]) for i, s in enumerate(scores)]
+                    if cfg.rtt_relevance == "verifier" else None)
             # RAIF: only the rollouts superior-CoT lets train carry gradient (no-think ones never do, nor a dropped
             # group's: superior_cot_mask); their rewards are in the group statistics above, as the authors' are.
             if not all(got["train"]):

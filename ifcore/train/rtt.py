@@ -46,6 +46,7 @@ import torch
 
 from ifcore.advantages import TOKEN_ADVANTAGES, ablation_relevance, token_rtt_groups
 from ifcore.rtt_labels import (CLASSES, LABELS, annotation_prompt, criteria_text, parse_annotation, relevant_spans,
+                               verifier_relevance,
                                taxonomy, template, token_labels)
 from ifcore.schema import Constraint
 from ifcore.progress import bar as progress_bar
@@ -791,7 +792,8 @@ def answer_tokens(tokenizer, response_ids: torch.Tensor, mask: torch.Tensor) -> 
 def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, criteria: list[list[str]],
                      satisfied: list[list[bool]], response_adv, alpha: float, beta: float, tokenizer,
                      disc: Discriminator | None = None, rng: np.random.Generator | None = None,
-                     batch_size: int = 32) -> tuple[torch.Tensor, float]:
+                     batch_size: int = 32, verified: list | None = None,
+                     std_floor: float = 0.0) -> tuple[torch.Tensor, float]:
     """RTT-GRPO's [N, T] advantages (RTT eq. 7: ifcore.advantages.token_rtt_groups, the same function the OpenRLHF
     plug-in calls) and the discriminator's seconds: this wrapper adds only what needs the model, the relevance p.
 
@@ -801,7 +803,13 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
     (inter-sample), "uniform" (p = 1: A_tok = 0) or "random" (p ~ U[0, 1], drawn from `rng`). The discriminator
     reads each response cut at its first special token; the token-level group of a response is its answer's tokens
     (`answer_tokens`), and its other tokens get alpha A_res. Each group of responses is normalized on its own list
-    of [T_i, C] arrays."""
+    of [T_i, C] arrays.
+
+    `verified`: for modes rtt and rtt_inter, the oracle relevance instead of the discriminator's: one (constraints,
+    verdicts, offset, text) per response, its score_response verdicts on `text`, mapped to tokens by
+    ifcore.rtt_labels.verifier_relevance (the function the OpenRLHF plug-in's IFCORE_RTT_RELEVANCE=verifier calls);
+    a response that does not decode to `text` again, or re-tokenize to its ids, gets no scored token. std_floor:
+    ifcore.advantages.token_rtt's (0: the paper's normalization)."""
     if mode not in TOKEN_ADVANTAGES[1:]:
         raise ValueError(f"token_advantages: mode must be one of {TOKEN_ADVANTAGES[1:]}, got {mode!r}")
     adv = np.asarray(response_adv, dtype=float)
@@ -810,7 +818,15 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
     scored = [torch.nonzero(row).flatten().tolist() for row in answer_tokens(tokenizer, response_ids, mask).cpu()]
     ids = response_ids.tolist()
     seconds = 0.0
-    if mode in ("rtt", "rtt_inter"):
+    if mode in ("rtt", "rtt_inter") and verified is not None:  # the oracle: the verifier's evidence, no model
+        relevance = []
+        t0 = time.perf_counter()
+        for i, (constraints, verdicts, offset, text) in enumerate(verified):
+            got, p = verifier_relevance(tokenizer, ids[i][:lengths[i]], constraints, verdicts, offset, text=text)
+            scored[i] = got
+            relevance.append(np.asarray(p, dtype=float).reshape(len(got), len(criteria[i])))
+        seconds = time.perf_counter() - t0
+    elif mode in ("rtt", "rtt_inter"):
         if disc is None:
             raise ValueError(f"token_advantages={mode!r} needs a discriminator")
         pairs = [(i, k) for i in range(n) for k in range(len(criteria[i]))]
@@ -826,7 +842,7 @@ def token_advantages(mode: str, response_ids: torch.Tensor, mask: torch.Tensor, 
             raise ValueError("token_advantages='random' needs an rng")
         relevance = [r for i in range(n) for r in ablation_relevance(mode, [len(scored[i])], len(criteria[i]), rng)]
     advs = token_rtt_groups(relevance, satisfied, adv, alpha=alpha, beta=beta,
-                            mode="inter" if mode == "rtt_inter" else "intra")
+                            mode="inter" if mode == "rtt_inter" else "intra", std_floor=std_floor)
     out = torch.zeros(mask.shape, dtype=torch.float32)
     for i, a in enumerate(advs):
         out[i, :lengths[i]] = float(alpha * adv[i // size][i % size])  # outside the answer: alpha A_res
