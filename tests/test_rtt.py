@@ -424,6 +424,24 @@ def test_baselines_by_hand():
     assert prior[None] == pytest.approx(4 / 7)
 
 
+def test_the_token_lookup_by_hand():
+    """The parameter-free baseline: the training split's mean label per (class, template, token), backing off to
+    (class, token), then to the chance value; a template with other literals is the same family."""
+    train = [{"class": "local_positive", "criteria": 'Use the word "cold".'},
+             {"class": "local_positive", "criteria": 'Use the word "warm".'},
+             {"class": "local_positive", "criteria": "Start with The."}]
+    enc = [{"ids": [9, 9, 5, 6, 7], "n_prompt": 2, "labels": [1, 0, 0], "answer": [1, 1, 1]},
+           {"ids": [9, 5, 6], "n_prompt": 1, "labels": [0, 1], "answer": [1, 1]},
+           {"ids": [9, 5, 8], "n_prompt": 1, "labels": [1, 1], "answer": [0, 1]}]  # 5 is in the think block
+    table = rtt.token_lookup(train, enc)
+    family = ("local_positive", template('Use the word "x".'))
+    assert table[family + (5,)] == 0.5 and table[family + (6,)] == 0.5 and table[family + (7,)] == 0
+    assert table[("local_positive", 5)] == 0.5 and table[("local_positive", 8)] == 1.0
+    held = {"class": "local_positive", "criteria": 'Use the word "snow".'}
+    assert rtt.lookup_scores(table, held, {"ids": [1, 5, 7, 8, 4], "n_prompt": 1}, 0.3).tolist() == [0.5, 0, 1, 0.3]
+    assert rtt.CHANCE in rtt.METHODS and "token lookup" in rtt.METHODS
+
+
 def test_fit_lowers_the_held_out_loss(assets):
     report = rtt.load_report(assets["disc"])
     disc = rtt.Discriminator.from_backbone(assets["model"], seed=0)

@@ -46,8 +46,7 @@ import torch
 
 from ifcore.advantages import TOKEN_ADVANTAGES, ablation_relevance, token_rtt_groups
 from ifcore.rtt_labels import (CLASSES, LABELS, annotation_prompt, criteria_text, parse_annotation, relevant_spans,
-                               verifier_relevance,
-                               taxonomy, template, token_labels)
+                               taxonomy, template, token_labels, verifier_relevance)
 from ifcore.schema import Constraint
 from ifcore.progress import bar as progress_bar
 from ifcore.text import Doc, reasoning_end, word_spans
@@ -593,8 +592,35 @@ def class_prior(pairs: list[dict], encoded: list[dict]) -> dict:
     return {k: s / n for k, (s, n) in sums.items() if n}
 
 
-METHODS = ("discriminator", "class prior", "quoted literal", "content-word overlap", "lexical overlap", "random",
-           "uniform")
+def token_lookup(pairs: list[dict], encoded: list[dict]) -> dict:
+    """The parameter-free token lookup: the mean relevance label of each answer token id of `pairs` (the training
+    split) per (taxonomy class, criteria template, token id), and per (class, token id) to back off to. A
+    discriminator that only memorized which tokens are relevant to which kind of constraint scores this; it is the
+    baseline a learned relevance has to beat (`lookup_scores`)."""
+    sums: dict = {}
+    for p, e in zip(pairs, encoded):
+        family = template(p["criteria"])
+        for tok, y, a in zip(e["ids"][e["n_prompt"]:], e["labels"], e["answer"]):
+            if a:
+                for key in ((p["class"], family, tok), (p["class"], tok)):
+                    s, n = sums.get(key, (0.0, 0))
+                    sums[key] = (s + y, n + 1)
+    return {k: s / n for k, (s, n) in sums.items()}
+
+
+def lookup_scores(table: dict, pair: dict, e: dict, default: float) -> np.ndarray:
+    """`token_lookup`'s score of each response token of an encoded pair: (class, template, token), else (class,
+    token), else `default` (the class prior)."""
+    family = template(pair["criteria"])
+    return np.array([table.get((pair["class"], family, t), table.get((pair["class"], t), default))
+                     for t in e["ids"][e["n_prompt"]:]], dtype=float)
+
+
+# "class prior" is constant within a response: its within-response AUROC is 0.5 by construction, the chance line
+# (CHANCE), never a baseline to beat.
+METHODS = ("discriminator", "token lookup", "class prior", "quoted literal", "content-word overlap", "lexical overlap",
+           "random", "uniform")
+CHANCE = "class prior"
 
 
 def evaluate(disc: Discriminator, pairs: list[dict], encoded: list[dict] | None = None, seed: int = 0):
@@ -607,14 +633,16 @@ def evaluate(disc: Discriminator, pairs: list[dict], encoded: list[dict] | None 
     instruction, class, selector, tokens, relevant) with each method's AUROC inside it, for comparisons paired by
     response (or, since a response's pairs and an instruction's responses are not independent, by instruction).
 
-    Baselines: class prior (`class_prior` of the training pairs: constant per response), quoted literal
+    Baselines: the token lookup (`token_lookup` of the training pairs), class prior (`class_prior` of the training
+    pairs: constant per response, so its within-response AUROC is the chance line, 0.5), quoted literal
     (`quoted_literal`), content-word and plain lexical overlap with the criteria, random (p ~ U[0, 1]) and uniform
     (p = 1, the paper's Uniform weighting)."""
     import pandas as pd
 
     encoded = encoded or [encode(disc, p) for p in pairs]
-    prior = class_prior([p for p in pairs if p["split"] == "train"],
-                        [e for p, e in zip(pairs, encoded) if p["split"] == "train"])
+    train = [(p, e) for p, e in zip(pairs, encoded) if p["split"] == "train"]
+    prior = class_prior([p for p, _ in train], [e for _, e in train])
+    lookup = token_lookup([p for p, _ in train], [e for _, e in train])
     keep = [i for i, (p, e) in enumerate(zip(pairs, encoded)) if p["split"] != "train" and any(e["answer"])]
     probs = disc.probabilities([(encoded[i]["ids"], encoded[i]["n_prompt"]) for i in keep])
     rng = np.random.default_rng(seed)
@@ -623,8 +651,9 @@ def evaluate(disc: Discriminator, pairs: list[dict], encoded: list[dict] | None 
         q, e = pairs[i], encoded[i]
         answer = np.asarray(e["answer"], dtype=bool)
         n = len(p)
-        scores = {"discriminator": p,
-                  "class prior": np.full(n, prior.get((q["class"], q["selector"]), prior.get(None, 0.0))),
+        chance = prior.get((q["class"], q["selector"]), prior.get(None, 0.0))
+        scores = {"discriminator": p, "token lookup": lookup_scores(lookup, q, e, chance)[:n],
+                  "class prior": np.full(n, chance),
                   "quoted literal": quoted_literal(q, e["offsets"]),
                   "content-word overlap": content_overlap(q, e["offsets"]),
                   "lexical overlap": lexical_overlap(q, e["offsets"]),
