@@ -74,9 +74,9 @@ reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR) $(VLLM_STAMP)
 	mkdir -p papermill_runs figures
 	$(PAPERMILL) notebooks/00_constraint_schema.ipynb papermill_runs/00_constraint_schema.ipynb -p interactive False
 	$(PAPERMILL) notebooks/01_cot_preliminary_study.ipynb papermill_runs/01_cot_preliminary_study.ipynb -p engine vllm
-	$(PAPERMILL) notebooks/03_scopeif_graded_reward.ipynb papermill_runs/03_scopeif_graded_reward.ipynb
-	$(PAPERMILL) notebooks/04_rtt_token_rewards.ipynb papermill_runs/04_rtt_token_rewards.ipynb
-	$(PAPERMILL) notebooks/02_raif_superior_cot.ipynb papermill_runs/02_raif_superior_cot.ipynb
+	$(PAPERMILL) notebooks/03_scopeif_graded_reward.ipynb papermill_runs/03_scopeif_graded_reward.ipynb -p preset full
+	$(PAPERMILL) notebooks/04_rtt_token_rewards.ipynb papermill_runs/04_rtt_token_rewards.ipynb -p preset full
+	$(PAPERMILL) notebooks/02_raif_superior_cot.ipynb papermill_runs/02_raif_superior_cot.ipynb -p preset full
 	$(MAKE) report
 
 # The executed notebooks as an HTML site with an index (report/index.html), readable offline; seconds.

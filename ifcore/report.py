@@ -3,7 +3,9 @@
 One page per notebook (nbconvert's lab template, images embedded, no script or style fetched from the network,
 widget outputs replaced by their text, no mid-word breaks, wide tables and long code cells scrolled inside their own
 box) and an index
-with one card per stage: its question (the notebook's title and first paragraph), its first figure, the
+with one card per stage: its primary result where it has one (the registered question and its computed verdict,
+also recorded in the rendering's metadata `ifcore.primary`), its question (the notebook's title and first
+paragraph), its first figure, the
 conclusions its run decided (the lines of its closing cell that state a decided sign), and how long it ran.
 """
 from __future__ import annotations
@@ -44,8 +46,34 @@ def _page(nb) -> str:
     return body.replace("</head>", CSS + "\n</head>", 1)
 
 
+PRIMARY_MIME = "application/vnd.ifcore.primary+json"  # ifcore.viz.show_primary's output (viz imports matplotlib)
+
+
+def primary(nb) -> dict | None:
+    """The notebook's primary result (ifcore.stats.primary_result): its metadata `ifcore.primary`, else the output
+    ifcore.viz.show_primary displayed; None when it has neither."""
+    found = nb.get("metadata", {}).get("ifcore", {}).get("primary")
+    return found or next((o["data"][PRIMARY_MIME] for c in nb["cells"] if c["cell_type"] == "code"
+                          for o in c.get("outputs", []) if PRIMARY_MIME in o.get("data", {})), None)
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:+.4f}"
+
+
+def _primary_html(r: dict) -> str:
+    """The card's lead: the registered question and its computed verdict, each number from the result."""
+    pct = f"{100 * (1 - r['alpha']):g}%"
+    return (f"<p class=\"primary\"><b>Primary question:</b> {html.escape(r['question'])}<br>"
+            f"{html.escape(r['endpoint'])}; {html.escape(r['comparison'])}; smallest effect of interest "
+            f"{r['sesoi']:g}; {r['seeds']} seeds (planned {r['planned_seeds']}).<br>"
+            f"Estimate {_num(r['estimate'])} ({pct} CI {_num(r['ci_lo'])} to {_num(r['ci_hi'])}). "
+            f"<b>Verdict: {html.escape(r['verdict'])}</b>"
+            + (f" ({html.escape(r['direction'])})" if r.get("direction") else "") + ".</p>")
+
+
 def card(nb, page: str) -> str:
-    """The index card of one executed notebook."""
+    """The index card of one executed notebook, led by its primary result where it has one."""
     cells = nb["cells"]
     intro = next((c["source"] for c in cells if c["cell_type"] == "markdown"), "")
     title, _, rest = intro.partition("\n")
@@ -68,14 +96,18 @@ def card(nb, page: str) -> str:
     image = f'<img alt="first figure" src="data:image/png;base64,{figure}">' if figure else "<p><i>no figure</i></p>"
     # The question is the notebook's own Markdown: rendered, its raw HTML escaped.
     question = MarkdownIt("commonmark", {"html": False}).renderInline(" ".join(question.split()))
+    result = primary(nb)
+    lead = _primary_html(result) if result else ""
     return (f'<section class="card"><h2><a href="{html.escape(page)}">{html.escape(title.lstrip("# "))}</a></h2>'
-            f"<p>{question}</p>{image}{conclusions}"
+            f"{lead}<p>{question}</p>{image}{conclusions}"
             f'<p class="ran">{html.escape(ran)}</p></section>')
 
 
 def build(runs_dir: str | Path = "papermill_runs", out_dir: str | Path = "report") -> list[Path]:
     """Write OUT_DIR/index.html and one page per executed notebook of RUNS_DIR; returns the pages written, the
-    index first. ValueError when RUNS_DIR holds no notebook."""
+    index first. A rendering whose run displayed a primary result (ifcore.viz.show_primary) gets it recorded in its
+    own metadata, `ifcore.primary`, where it is not yet: the machine-readable result beside the page.
+    ValueError when RUNS_DIR holds no notebook."""
     import nbformat
 
     notebooks = sorted(Path(runs_dir).glob("*.ipynb"))
@@ -86,6 +118,10 @@ def build(runs_dir: str | Path = "papermill_runs", out_dir: str | Path = "report
     pages, cards = [], []
     for path in notebooks:
         nb = nbformat.read(path, as_version=4)
+        result = primary(nb)
+        if result and nb.metadata.get("ifcore", {}).get("primary") != result:
+            nb.metadata.setdefault("ifcore", {})["primary"] = result
+            nbformat.write(nb, path)
         page = out / f"{path.stem}.html"
         page.write_text(_page(nb), encoding="utf-8")
         pages.append(page)
@@ -99,6 +135,7 @@ body {{ font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto;
 .card img {{ max-width: 100%; height: auto; border: 1px solid #eee; }}
 .card li {{ margin: 0.3em 0; overflow-wrap: anywhere; }}
 .ran {{ color: #666; font-size: 0.9em; }}
+.primary {{ background: #f4f8fb; border-left: 4px solid #0072B2; padding: 0.4em 0.8em; }}
 </style></head><body>
 <h1>ifcore: the executed notebooks</h1>
 <p>One card per paper stage: the question, the notebook's first figure, what its run decided (a sign counts as

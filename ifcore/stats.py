@@ -201,8 +201,9 @@ def primary_verdict(diffs, sesoi: float, alpha: float = 0.05) -> dict:
     """The three-valued verdict of a primary question from its paired differences (one per seed, arm minus
     comparator; None/NaN dropped): "effect found" where the two-sided 1 - alpha t-interval excludes 0 (the paired
     t-test, p < alpha); "no effect as large as the smallest of interest" where TOST at alpha excludes +-sesoi (the
-    1 - 2 alpha interval lies inside it); "undecided" otherwise. Only the first two decide. An effect found that TOST
-    also bounds below sesoi keeps the verdict "effect found", with `below_sesoi` true.
+    1 - 2 alpha interval lies inside it); "undecided" otherwise (always with fewer than 2 differences: no spread,
+    the intervals NaN). Only the first two decide. An effect found that TOST also bounds below sesoi keeps the
+    verdict "effect found", with `below_sesoi` true.
 
     Returns plain data (a rendering's metadata): estimate, ci_lo, ci_hi (1 - alpha), tost_lo, tost_hi (1 - 2 alpha),
     p (t-test), p_tost, n, sd, verdict, direction (positive / negative / None), below_sesoi."""
@@ -211,10 +212,13 @@ def primary_verdict(diffs, sesoi: float, alpha: float = 0.05) -> dict:
     x = np.array([np.nan if v is None else v for v in diffs], dtype=float)
     x = x[np.isfinite(x)]
     n = len(x)
-    if n < 2:
-        raise ValueError(f"primary_verdict: {n} finite difference(s); a verdict needs at least 2 seeds")
     if sesoi <= 0:
         raise ValueError(f"primary_verdict: sesoi must be > 0, got {sesoi}")
+    if n < 2:  # no spread can be estimated: nothing is decided
+        nan = math.nan
+        return {"estimate": float(x.mean()) if n else nan, "ci_lo": nan, "ci_hi": nan, "tost_lo": nan, "tost_hi": nan,
+                "p": nan, "p_tost": nan, "n": n, "sd": nan, "alpha": alpha, "sesoi": sesoi, "verdict": UNDECIDED,
+                "direction": None, "below_sesoi": False}
     d = DescrStatsW(x)
     mean, sd = float(x.mean()), float(x.std(ddof=1))
     if sd == 0:  # no spread: the t statistics are infinite, the intervals points
@@ -232,3 +236,25 @@ def primary_verdict(diffs, sesoi: float, alpha: float = 0.05) -> dict:
             "verdict": FOUND if found else EQUIVALENT if equivalent else UNDECIDED,
             "direction": ("positive" if mean > 0 else "negative") if found else None,
             "below_sesoi": bool(found and equivalent)}
+
+
+def primary_result(question: dict, diffs, pilot: dict, power: float = 0.8) -> dict:
+    """A notebook's primary result as plain data (its rendering's metadata `ifcore.primary`, the report's card):
+    `question` as registered before the run (question, endpoint, comparison, sesoi, alpha), the design
+    (`pilot`: {"sd", "n", "source"}, the paired differences' sd from a pilot and where it came from;
+    planned_seeds, `seeds_for_power`'s count for `power`), and `primary_verdict` of the paired differences `diffs`
+    (one per seed), with the power those seeds had at the pilot's sd. Numbers that do not exist (the intervals of
+    a single seed) are None."""
+    missing = [k for k in ("question", "endpoint", "comparison", "sesoi", "alpha") if k not in question]
+    if missing:
+        raise ValueError(f"primary_result: the question lacks {', '.join(missing)}")
+    sesoi, alpha = float(question["sesoi"]), float(question["alpha"])
+    plan = seeds_for_power(sesoi, float(pilot["sd"]), alpha, power)
+    verdict = primary_verdict(diffs, sesoi, alpha)
+    n = verdict["n"]
+    out = {**question, "pilot": dict(pilot), "power": power, "planned_seeds": plan["seeds"], "seeds": n,
+           "power_found": paired_power(sesoi, float(pilot["sd"]), n, alpha) if n >= 2 else 0.0,
+           "power_equivalence": equivalence_power(sesoi, float(pilot["sd"]), n, alpha) if n >= 2 else 0.0,
+           **verdict}
+    # JSON data (a rendering's metadata): a number that does not exist (no interval from one seed) is null
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}

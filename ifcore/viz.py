@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 from ifcore import rewards, stats
+from ifcore.report import PRIMARY_MIME  # show_primary's output, which `ifcore report` records in metadata
 from ifcore.jsonl import read_jsonl
 from ifcore.schema import Constraint, parse_label, scope_selector
 
@@ -243,9 +244,11 @@ def compare(what: str, a_by_seed, b_by_seed, level: float = 0.95) -> str:
     return decide([(what, a_by_seed, b_by_seed)], level)[0]
 
 
-def family_note(n: int, level: float = 0.95) -> str:
-    """The line that introduces a family of n comparisons decided by `decide`."""
-    return (f"The {n} comparisons below are one family: a sign counts as decided only where the paired t-test's "
+def family_note(n: int, level: float = 0.95, exploratory: bool = False) -> str:
+    """The line that introduces a family of n comparisons decided by `decide` (`exploratory`: outside the
+    notebook's primary question, said first)."""
+    return (("Exploratory (not the primary question; its own family): " if exploratory else "")
+            + f"The {n} comparisons below are one family: a sign counts as decided only where the paired t-test's "
             f"p-value, Holm-adjusted over all {n}, is below {1 - level:.2g} (family-wise error at most "
             f"{_pct(1 - level)}). Intervals are each comparison's own {_pct(level)} t-interval over seeds.")
 
@@ -437,9 +440,17 @@ def relevance_matrix(ax, pieces: list[str], rows: list[str], matrix, labels=None
 
 # ---- notebook 02: RAIF's ablation (GRPO with its reward, + superior-CoT enforcement, + behaviour cloning) ----------
 
-ARM_LABELS.update({"grpo": "GRPO (RAIF reward)", "supcot": "+ superior CoT", "supcot_bc": "+ superior CoT + BC",
-                   "bc": "+ BC only"})
-ARM_COLOURS.update({"grpo": "#0072B2", "supcot": "#E69F00", "supcot_bc": "#009E73", "bc": "#CC79A7"})
+ARM_LABELS.update({"grpo": "GRPO (RAIF reward)", "supcot": "+ superior CoT (the authors')",
+                   "supcot_bc": "+ superior CoT (the authors') + BC", "bc": "+ BC only",
+                   "hybrid": "+ superior CoT (hybrid: no-think judged)"})
+ARM_COLOURS.update({"grpo": "#0072B2", "supcot": "#E69F00", "supcot_bc": "#009E73", "bc": "#CC79A7",
+                    "hybrid": "#D55E00"})
+# RAIF's superior-CoT enforcement as the authors' code runs it (--enforce_superior_CoT): a quarter of each group
+# without reasoning, the per-sample reference test, and a no-think rollout's R_accuracy -2 (its empty think block),
+# so eq. 7's group drop never fires; and this workspace's earlier hybrid (no-think answers judged, eq. 7 alone).
+RAIF_AUTHORS = {"superior_cot": "group+reference", "nothink_share": 0.25, "nothink_accuracy": "authors"}
+RAIF_ARMS = {"grpo": {}, "supcot": RAIF_AUTHORS, "supcot_bc": {**RAIF_AUTHORS, "bc_coef": 1.0}, "bc": {"bc_coef": 1.0},
+             "hybrid": {"superior_cot": "group", "nothink_share": 0.25}}
 
 
 def raif_pairs(arms: list[str]) -> list[tuple[str, str]]:
@@ -449,7 +460,7 @@ def raif_pairs(arms: list[str]) -> list[tuple[str, str]]:
     return pairs + [(a, b) for a in arms for b in arms if a.startswith(b + "_") and (a, b) not in pairs]
 
 
-def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
+def raif_conclusions(tables: dict, level: float = 0.95, skip: str | None = None) -> list[str]:
     """The closing statements of notebook 02, one family decided with Holm's correction (decide). `tables` holds
     by_seed tables (arms in ablation order) named "CSR step 0", "CSR end", "reasoning step 0", "reasoning end"
     (held-out reasoning tokens per response), "reward step 0", "reward end", "reward w/o reasoning step 0",
@@ -459,7 +470,9 @@ def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
     pairs (raif_pairs) on held-out CSR; each arm's reward with minus without reasoning at the end, and its change
     from step 0 (does reasoning come to pay, RAIF's premise); each arm's reasoning length at the end against
     step 0 (RAIF Fig. 3; a collapse is a negative sign); cloning's effect on KL and entropy (each pair whose first
-    arm clones and whose second does not); each filtered arm's keep ratio late against early (RAIF Fig. 5)."""
+    arm clones and whose second does not); each filtered arm's keep ratio late against early (RAIF Fig. 5).
+    `skip`: a comparison (by its text) decided elsewhere, as the notebook's primary question: left out, and the
+    family is labelled exploratory."""
     csr_end = tables["CSR end"]
     arms = list(csr_end.columns)
     pairs = raif_pairs(arms)
@@ -484,7 +497,10 @@ def raif_conclusions(tables: dict, level: float = 0.95) -> list[str]:
     comparisons += [(f"{arm_label(arm)}: keep ratio over the last third of training minus the first third",
                      tables["keep late"][arm], tables["keep early"][arm])
                     for arm in arms if tables["keep late"][arm].notna().any()]
-    return [seeds_note(csr_end, level), family_note(len(comparisons), level)] + decide(comparisons, level)
+    if skip:  # the notebook's primary comparison, decided on its own: not in this (exploratory) family
+        comparisons = [c for c in comparisons if c[0] != skip]
+    return ([seeds_note(csr_end, level), family_note(len(comparisons), level, exploratory=skip is not None)]
+            + decide(comparisons, level))
 
 
 def collapse_notes(samples: dict) -> list[str]:
@@ -896,3 +912,38 @@ def compare_runs(paths, level: float = 0.95, resamples: int = 10_000) -> list[st
             lines.append(f"{what} = {100 * diff:+.2f} points ({_pct(corrected)} paired bootstrap CI "
                          f"{100 * lo:+.2f} to {100 * hi:+.2f}, {n} items): {verdict}.")
     return lines
+
+
+# ---- the primary question ------------------------------------------------------------------------------------------
+
+
+
+def primary_markdown(result: dict) -> str:
+    """The primary result (stats.primary_result) as a reader's paragraph: the question, the design and its power,
+    the estimate with both intervals, and the three-valued verdict, each number from `result`."""
+    r = {k: math.nan if v is None else v for k, v in result.items()}  # None: a number one seed cannot give
+    pct = _pct(1 - r["alpha"])
+    verdict = {stats.FOUND: f"**effect found ({r['direction']})**" + (
+                   f", smaller than the smallest effect of interest ({r['sesoi']:g})" if r["below_sesoi"] else ""),
+               stats.EQUIVALENT: f"**no effect as large as {r['sesoi']:g}** (TOST)",
+               stats.UNDECIDED: "**undecided**: neither an effect nor its absence at this size is shown"}[r["verdict"]]
+    planned = (f"{r['planned_seeds']} seeds give power {r['power']:g} to decide it either way at the pilot's sd "
+               f"({r['pilot']['sd']:.4g}, {r['pilot']['source']})")
+    ran = (f"this run has {r['seeds']} seeds (power {r['power_found']:.2f} to find {r['sesoi']:g}, "
+           f"{r['power_equivalence']:.2f} to exclude it"
+           + (": fewer than planned, a preset smaller than the full one)" if r["seeds"] < r["planned_seeds"] else ")"))
+    return (f"**Primary question** (registered before the run): {r['question']}  \n"
+            f"Endpoint: {r['endpoint']}; comparison: {r['comparison']}; smallest effect of interest "
+            f"{r['sesoi']:g}; alpha {r['alpha']:g}. Design: {planned}; {ran}.  \n"
+            f"Estimate {r['estimate']:+.4f}, {pct} t-interval {r['ci_lo']:+.4f} to {r['ci_hi']:+.4f} "
+            f"(t-test p = {r['p']:.3g}); {_pct(1 - 2 * r['alpha'])} interval {r['tost_lo']:+.4f} to "
+            f"{r['tost_hi']:+.4f} (TOST p = {r['p_tost']:.3g}); seed-to-seed sd of the difference {r['sd']:.4f}.  \n"
+            f"Verdict: {verdict}.")
+
+
+def show_primary(result: dict) -> None:
+    """Display the primary result as Markdown, with the data itself beside it (PRIMARY_MIME) for `ifcore report`,
+    which records it in the rendering's metadata (ifcore.primary) and leads the notebook's card with it."""
+    from IPython.display import display
+
+    display({"text/markdown": primary_markdown(result), PRIMARY_MIME: result}, raw=True)

@@ -425,5 +425,12 @@ def test_conclusions_follow_the_numbers():
     undecided = "\n".join(cs.conclusions(_differences(-9.0, -15.0, -2.0, p_holm=0.2), types, formats, reasoning, "x"))
     assert "its own interval excludes 0, but not after Holm's correction over the 2 comparisons" in undecided
     assert "hurts" not in undecided.split("Per instruction type")[0]
+    # A decided difference on another metric than the benchmark's first (MulDimIF Macro, say) is stated too.
+    macro = pd.concat([_differences(-4.2, -12.5, 4.2), _differences(-15.3, -24.5, -7.3).assign(
+        benchmark="muldimif", metric="Macro"), _differences(-1.0, -3.0, 1.0).assign(benchmark="muldimif", metric="All")])
+    stated = "\n".join(cs.conclusions(macro, types, formats, reasoning, "x"))
+    assert "Also decided in the difference table: muldimif Macro (as answered), CoT - I/O: -15.3 points (95% paired " \
+           "bootstrap CI -24.5 to -7.3, 24 prompts): hurts" in stated
+    assert "Also decided in the difference table: muldimif All" not in stated
     assert cs.verdict(0.01, 0.2, 30, p_holm=0.05) == "not after correction"
     assert cs.verdict(0.01, 0.2, 30) == "helps" and cs.verdict(-0.1, 0.2, 3, min_prompts=5) == "too few prompts"

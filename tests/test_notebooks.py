@@ -19,23 +19,15 @@ from test_report import PAGE_BUDGET
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-# Parameters that keep each notebook to seconds or a few minutes in the test suite. Notebook 03 trains for
-# real: a tiny warm-started policy (built in a temporary cache) and two arms for a few steps.
-TINY_POLICY = dict(vocab_size=320, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64,
-                   max_positions=384, pairs=300, steps=30, batch_size=16, train_rows=64, test_rows=16)
-TINY_RUN = dict(prompts_per_step=4, group_size=4, max_new_tokens=24, micro_batch=16, eval_prompts=8,
-                eval_samples=2, eval_every=2, save_every=2)
+# Parameters that keep each notebook to seconds or a few minutes in the test suite; the stage notebooks' are their
+# `test` preset (ifcore.presets: a tiny warm-started policy built in a temporary cache, a few steps).
 SMALL = {
     "00_constraint_schema.ipynb": {"interactive": False, "judge_responses": 4, "judge_model": "scripted"},
     "01_cot_preliminary_study.ipynb": {"model": str(ROOT / "tests/data/tiny_chat_llama"), "subset": 3,
                                        "max_new_tokens": 8},
-    "02_raif_superior_cot.ipynb": {"seeds": [0, 1], "steps": 3, "model_size": TINY_POLICY, "train_config": TINY_RUN},
-    "03_scopeif_graded_reward.ipynb": {"rewards": ["ila", "scopeif"], "seeds": [0, 1], "steps": 3,
-                                       "model_size": TINY_POLICY, "train_config": TINY_RUN},
-    "04_rtt_token_rewards.ipynb": {"seeds": [0, 1], "steps": 2, "beta_sweep": [1.0], "ablations": ["rtt_inter"],
-                                   "ablation_seeds": [0], "model_size": TINY_POLICY, "train_config": TINY_RUN,
-                                   "discriminator": {"instructions": 30, "steps": 20, "batch_size": 8,
-                                                     "eval_every": 10, "max_new_tokens": 24}},
+    "02_raif_superior_cot.ipynb": {"preset": "test"},
+    "03_scopeif_graded_reward.ipynb": {"preset": "test"},  # ifcore.presets: the same table Run All reads
+    "04_rtt_token_rewards.ipynb": {"preset": "test"},
 }
 FIGURES = {"00_constraint_schema.ipynb": ["00_graded_reward_curves", "00_judge_accuracy", "00_scopeif_test_coverage"],
            # the tiny test model writes no tags and no reasoning: those figures would be empty and are not drawn
@@ -44,7 +36,7 @@ FIGURES = {"00_constraint_schema.ipynb": ["00_graded_reward_curves", "00_judge_a
                                           "02_reasoning_length_per_seed", "02_training_dynamics"],
            "03_scopeif_graded_reward.ipynb": ["03_csr_per_scope", "03_heldout_isr_csr", "03_identical_pair_fraction",
                                               "03_reward_distributions"],
-           "04_rtt_token_rewards.ipynb": ["04_beta_sweep", "04_discriminator_training", "04_rtt_vs_grpo",
+           "04_rtt_token_rewards.ipynb": ["04_discriminator_training", "04_rtt_vs_grpo",
                                           "04_token_heatmap"]}
 
 

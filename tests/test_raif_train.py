@@ -458,3 +458,22 @@ def test_a_truncated_reasoning_counts_as_truncated_not_as_zero_tokens(tokenizer)
     assert summary["eval_reasoning_truncated"] == 0.5
     assert summary["eval_reasoning_tokens"] == reasoning_tokens(tokenizer, ended) / 2  # over the two that ended
     assert reasoning_summary(tokenizer, [cut])["reasoning_tokens"] is None
+
+
+@pytest.mark.slow
+def test_the_default_expert_fits_the_rollout_budget_and_is_cut_there_as_the_plugin_cuts_it(assets, tmp_path):
+    """bc_expert "plan" (the default): the expert writes the warm start's own plan format, so its responses fit the
+    rollout budget; an expert longer than max_new_tokens is cut there (its end token then lost), as the OpenRLHF
+    plug-in's expert_batch cuts it: a step's expert target tokens never exceed bc_batch x max_new_tokens."""
+    from transformers import AutoTokenizer
+
+    from ifcore.jsonl import read_jsonl
+
+    tok = AutoTokenizer.from_pretrained(assets["model"])
+    lengths = [len(tok(r["response"], add_special_tokens=False).input_ids) + 1
+               for r in read_jsonl(assets["bc_data"])]
+    assert np.median(lengths) <= RAIF_RUN["max_new_tokens"]
+    rows = [r for r in _run(assets, tmp_path / "cut", steps=1, max_new_tokens=6) if r["type"] == "train"]
+    assert 0 < rows[0]["bc_tokens"] <= RAIF_RUN["bc_batch"] * 6
+    with pytest.raises(ValueError, match="bc_expert: must be plan or deep"):
+        load_config(None, bc_expert="expert")

@@ -42,3 +42,29 @@ def test_every_committed_page_loads_offline_with_its_images_and_nothing_wider_th
             over.add(page.stem)
     assert over == RENDERED_WITH_PROGRESS_BARS, (
         "pages over the budget changed; after a fresh make reproduce empty RENDERED_WITH_PROGRESS_BARS", over)
+
+
+def test_a_primary_result_leads_its_card_and_is_recorded_in_the_renderings_metadata(tmp_path):
+    """A run that displayed its primary result (viz.show_primary) gets it as data in the rendering's metadata
+    (ifcore.primary), and the index card leads with the question and the computed verdict."""
+    import nbformat
+
+    from ifcore import stats, viz
+
+    result = stats.primary_result({"question": "Does A beat B?", "endpoint": "held-out CSR", "comparison": "A minus B",
+                                   "sesoi": 0.03, "alpha": 0.05}, [0.05, 0.04, 0.06, 0.05], {"sd": 0.02, "n": 3,
+                                                                                             "source": "a pilot"})
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 09 · A stage\n\nIts question."),
+                nbformat.v4.new_code_cell("viz.show_primary(result)", outputs=[nbformat.v4.new_output(
+                    "display_data", data={"text/markdown": viz.primary_markdown(result), viz.PRIMARY_MIME: result})])]
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    nbformat.write(nb, runs / "09_stage.ipynb")
+    index = build(runs, tmp_path / "report")[0].read_text()
+    recorded = nbformat.read(runs / "09_stage.ipynb", as_version=4).metadata["ifcore"]["primary"]
+    assert recorded["verdict"] == "effect found" and recorded["estimate"] == pytest.approx(0.05)
+    assert recorded["seeds"] == 4 and recorded["planned_seeds"] == stats.seeds_for_power(0.03, 0.02)["seeds"]
+    lead = index.index('<p class="primary">')
+    assert lead < index.index("Its question.") and "Does A beat B?" in index[lead:]
+    assert "Verdict: effect found</b> (positive)" in index

@@ -41,21 +41,27 @@ def _rows_file(path: Path, n: int) -> Path:
 
 
 def _notebook_configs() -> list[tuple[str, dict]]:
-    """(arm, TrainConfig dict) of every run notebooks 02, 03 and 04 train at their default parameters, built as
-    their run_arms call builds them (the notebooks' config dicts, replicated)."""
+    """(arm, TrainConfig dict) of every run notebooks 02, 03 and 04 train at their full preset (make reproduce's),
+    every arm they offer included, built as their run_arms calls build them (the notebooks' config dicts,
+    replicated; the presets and RAIF's arms are the package's own tables)."""
+    from ifcore.presets import PRESETS
+    from ifcore.viz import RAIF_ARMS
+
     out = []
-    p = _params("02_raif_superior_cot.ipynb")
+    p = {**_params("02_raif_superior_cot.ipynb"), **PRESETS["02_raif_superior_cot"]["full"]}
     config = {"reward": "raif", "prompts_per_step": 16, "group_size": 4,
               "max_new_tokens": 112, "eval_prompts": 128, "eval_samples": 2, "eval_every": 8, "save_every": 8,
               **p["train_config"]}
-    out += [(f"02/{arm}", {**config, **over, "steps": p["steps"]}) for arm, over in p["arms"].items()]
-    p = _params("03_scopeif_graded_reward.ipynb")
-    out += [(f"03/{kind}", {**p["train_config"], "reward": kind, "steps": p["steps"]}) for kind in p["rewards"]]
-    p = _params("04_rtt_token_rewards.ipynb")
+    out += [(f"02/{arm}", {**config, **over, "steps": p["steps"]}) for arm, over in RAIF_ARMS.items()]
+    p = {**_params("03_scopeif_graded_reward.ipynb"), **PRESETS["03_scopeif_graded_reward"]["full"]}
+    out += [(f"03/{kind}", {**p["train_config"], "reward": kind, "steps": p["steps"]})
+            for kind in ("scopeif", "cla", "ila", "scopeif_flat")]
+    p = {**_params("04_rtt_token_rewards.ipynb"), **PRESETS["04_rtt_token_rewards"]["full"]}
     rtt = {"token_advantages": "rtt", "rtt_discriminator": "/cluster/disc"}
-    arms = {"grpo": {}, "rtt": rtt, **{f"rtt_beta{b:g}": {**rtt, "rtt_beta": b} for b in p["beta_sweep"]},
-            **{m: {**rtt, "token_advantages": m} if m == "rtt_inter" else {"token_advantages": m}
-               for m in p["ablations"]}}
+    oracle = {"token_advantages": "rtt", "rtt_relevance": "verifier"}
+    arms = {"grpo": {}, "rtt": rtt, "rtt_oracle": oracle, "rtt_disc_floor": {**rtt, "rtt_std_floor": 0.05},
+            "rtt_inter": {**oracle, "token_advantages": "rtt_inter"}, "random": {"token_advantages": "random"},
+            "uniform": {"token_advantages": "uniform"}}
     out += [(f"04/{arm}", {**p["train_config"], **over, "reward": p["reward"], "steps": p["steps"]})
             for arm, over in arms.items()]
     return [(arm, asdict(load_config(None, **cfg))) for arm, cfg in out]
@@ -110,15 +116,18 @@ def test_notebook_commands_parse(arm, cfg):
     if mode != "broadcast":  # every token-advantage arm of notebook 04, as the plug-ins read it
         seed = str(cfg["seed"])
         assert float(env["IFCORE_RTT_BETA"]) == cfg["rtt_beta"]
+        learned = {"IFCORE_RTT_RELEVANCE": openrlhf.SAVED_RELEVANCE, "IFCORE_RTT_DISCRIMINATOR": "/cluster/disc"}
         assert {k: v for k, v in env.items() if k.startswith("IFCORE_RTT_") and k != "IFCORE_RTT_BETA"} == {
-            "rtt": {"IFCORE_RTT_RELEVANCE": openrlhf.SAVED_RELEVANCE, "IFCORE_RTT_DISCRIMINATOR": "/cluster/disc"},
-            "rtt_inter": {"IFCORE_RTT_RELEVANCE": openrlhf.SAVED_RELEVANCE, "IFCORE_RTT_DISCRIMINATOR": "/cluster/disc",
-                          "IFCORE_RTT_MODE": "inter"},
-            "uniform": {"IFCORE_RTT_RELEVANCE": "uniform"},
-            "random": {"IFCORE_RTT_RELEVANCE": "random", "IFCORE_RTT_SEED": seed}}[mode]
+            "04/rtt": learned, "04/rtt_disc_floor": {**learned, "IFCORE_RTT_STD_FLOOR": "0.05"},
+            "04/rtt_oracle": {"IFCORE_RTT_RELEVANCE": "verifier"},
+            "04/rtt_inter": {"IFCORE_RTT_RELEVANCE": "verifier", "IFCORE_RTT_MODE": "inter"},
+            "04/uniform": {"IFCORE_RTT_RELEVANCE": "uniform"},
+            "04/random": {"IFCORE_RTT_RELEVANCE": "random", "IFCORE_RTT_SEED": seed}}[arm]
     if paired:  # 02's superior-CoT arms: a quarter of each group without reasoning, for eq. 7's test only
         assert env["IFCORE_RAIF_NOTHINK"] == "1" and env["IFCORE_RAIF_TEST"] == cfg["superior_cot"]
-        assert "IFCORE_RAIF_REFILL" not in env and "IFCORE_RAIF_NOTHINK_ACCURACY" not in env
+        assert "IFCORE_RAIF_REFILL" not in env  # not in RAIF
+        # the authors' variant scores a no-think rollout -2 as their code does; the hybrid judges its answer
+        assert env.get("IFCORE_RAIF_NOTHINK_ACCURACY") == ("authors" if cfg["nothink_accuracy"] == "authors" else None)
     on = mode != "broadcast" or paired or bool(cfg["bc_coef"])
 
     spec = openrlhf.job_spec(cfg, "/cluster/runs/x", model="/cluster/policy", prompt_data="/cluster/train.jsonl",
@@ -641,3 +650,12 @@ def test_the_plan_command_line(capsys):
     with pytest.raises(SystemExit):
         main(["openrlhf-plan", "--config", "{}"])
     assert "--model: give a hub id or folder, or --runbook" in capsys.readouterr().err
+
+
+def test_the_oracle_relevance_and_the_std_floor_reach_the_plugins():
+    by_arm = dict(CONFIGS)
+    env = openrlhf.plugin_env(by_arm["04/rtt_oracle"])
+    assert env["IFCORE_RTT_RELEVANCE"] == "verifier" and "IFCORE_RTT_DISCRIMINATOR" not in env
+    assert "IFCORE_RTT_STD_FLOOR" not in env  # off by default: the paper's normalization
+    floored = openrlhf.plugin_env(by_arm["04/rtt_disc_floor"])
+    assert floored["IFCORE_RTT_STD_FLOOR"] == "0.05" and floored["IFCORE_RTT_RELEVANCE"] == openrlhf.SAVED_RELEVANCE

@@ -574,8 +574,8 @@ def short_passes(outputs, prompts, max_words: int = 5, view: str = "as answered"
 def conclusions(differences, types, formats, reasoning, model: str, threshold: float = 0.5,
                 level: float = 0.95) -> list[str]:
     """The closing statements, each computed from the tables: what the CoT and SDC numbers mean given format
-    adherence, every mode against I/O on each benchmark's first metric (both views where they differ), the
-    instruction types where a mode helps or hurts, the superficial-reasoning share, and the model-size caveat."""
+    adherence, every mode against I/O on each benchmark's first metric (both views where they differ), every
+    other difference the table decides (any metric, any view), the instruction types where a mode helps or hurts, the superficial-reasoning share, and the model-size caveat."""
     lines = []
     pct = f"{100 * level:g}%"
     if "CoT" in formats.index:
@@ -613,6 +613,13 @@ def conclusions(differences, types, formats, reasoning, model: str, threshold: f
                     "too few prompts": "too few prompts for an interval."}
             lines.append(f"{head}: " + tail.get(r["verdict"], "the interval includes 0, so these prompts cannot "
                                                                "decide its sign."))
+    # Every other row the difference table decides is stated too: a conclusion never omits a decided difference.
+    other = differences[differences["verdict"].isin(["helps", "hurts"])
+                        & (differences["metric"] != differences["benchmark"].map(MAIN))]
+    for r in other.itertuples():
+        lines.append(f"Also decided in the difference table: {r.benchmark} {r.metric} ({r.view}), {r.comparison}: "
+                     f"{r.diff:+.1f} points ({pct} paired bootstrap CI {r.lo:+.1f} to {r.hi:+.1f}, {int(r.prompts)} "
+                     f"prompts): {r.verdict} (Holm-adjusted p {r.p_holm:.3g} over the {family} comparisons).")
     for mode, g in types.groupby("mode", sort=False):
         decided = g[g["verdict"].isin(["helps", "hurts"])]
         few = (g["verdict"] == "too few prompts").sum()

@@ -28,7 +28,7 @@ TrainConfig field -> OpenRLHF (docs/integrations.md, "Notebooks on OpenRLHF"):
 | eval_every, eval_samples | `--eval.steps`, `--eval.n_samples_per_prompt` (with eval_data); OpenRLHF evaluates at multiples of eval_every only, the embedded trainer also after the last step (evaluate_checkpoint scores RUN/model) |
 | save_every | `--ckpt.save_steps`, `--ckpt.save_hf`, `--ckpt.load_enable` (a rerun resumes), `--ckpt.max_num` 3 (DeepSpeed checkpoints kept) |
 | lora_r, lora_alpha, lora_targets | `--ds.lora.rank`, `--ds.lora.alpha`, `--ds.lora.target_modules` |
-| token_advantages, rtt_beta, rtt_discriminator | IFCORE_RTT_BETA of ifcore/integrations/openrlhf_plugins.py (worker_process_setup_hook); rtt and rtt_inter: IFCORE_RTT_RELEVANCE `ifcore.train.rtt:saved_relevance` with IFCORE_RTT_DISCRIMINATOR = rtt_discriminator (or the rtt_relevance given), rtt_inter also IFCORE_RTT_MODE inter; uniform and random: IFCORE_RTT_RELEVANCE uniform / random (IFCORE_RTT_SEED = seed); rtt_alpha != 1 refused by name |
+| token_advantages, rtt_beta, rtt_discriminator, rtt_relevance, rtt_std_floor | IFCORE_RTT_BETA of ifcore/integrations/openrlhf_plugins.py (worker_process_setup_hook); rtt and rtt_inter: IFCORE_RTT_RELEVANCE `ifcore.train.rtt:saved_relevance` with IFCORE_RTT_DISCRIMINATOR = rtt_discriminator (or the rtt_relevance given; `verifier` where the config's rtt_relevance is verifier), rtt_inter also IFCORE_RTT_MODE inter, rtt_std_floor > 0 IFCORE_RTT_STD_FLOOR; uniform and random: IFCORE_RTT_RELEVANCE uniform / random (IFCORE_RTT_SEED = seed); rtt_alpha != 1 refused by name |
 | superior_cot, nothink_share, refill_rounds, nothink_accuracy | IFCORE_RAIF_NOTHINK = round(nothink_share x group_size), IFCORE_RAIF_TEST = superior_cot (group or group+reference; reference alone refused: the embedded trainer's initial-policy fallback has no counterpart); refill_rounds > 0: IFCORE_RAIF_REFILL = refill_rounds (at most refill_rounds x prompts_per_step replacements a step) and IFCORE_RAIF_STEPS = steps with `--algo.dynamic_filtering_enable --algo.dynamic_filtering_range -0.01 1.01`, and `--data.max_samples` x `--train.num_episodes` leaving every step prompts_per_step x (1 + refill_rounds) rows; nothink_accuracy authors: IFCORE_RAIF_NOTHINK_ACCURACY |
 | bc_coef, bc_data, bc_batch | IFCORE_BC_COEF, IFCORE_BC_DATA (a file the cluster sees; required), IFCORE_BC_BATCH (pairs per training step, split over the data-parallel ranks) |
 | threads, generate_batch, warm_start, eval_prompts, output_dir | the embedded trainer's own (CPU threads, chunking, the default policy, the eval file's length, run_dir) |
@@ -74,6 +74,8 @@ def plugin_env(cfg: dict, rtt_relevance: str | None = None) -> dict[str, str]:
                              "beta x A_tok to group_norm's advantages: alpha 1)")
         env["IFCORE_RTT_BETA"] = repr(float(cfg["rtt_beta"]))
         if mode in ("rtt", "rtt_inter"):
+            if rtt_relevance is None and cfg.get("rtt_relevance") == "verifier":  # the oracle: no model to load
+                rtt_relevance = "verifier"
             if rtt_relevance is None and not cfg.get("rtt_discriminator"):
                 raise ValueError(f"rtt_discriminator: token_advantages {mode} needs a discriminator folder, or "
                                  "rtt_relevance ('verifier' or 'module:function', IFCORE_RTT_RELEVANCE)")
@@ -82,6 +84,8 @@ def plugin_env(cfg: dict, rtt_relevance: str | None = None) -> dict[str, str]:
                 env["IFCORE_RTT_DISCRIMINATOR"] = str(cfg["rtt_discriminator"])
             if mode == "rtt_inter":
                 env["IFCORE_RTT_MODE"] = "inter"
+            if cfg.get("rtt_std_floor"):  # NOT in RTT: ifcore.advantages.token_rtt's std_floor
+                env["IFCORE_RTT_STD_FLOOR"] = repr(float(cfg["rtt_std_floor"]))
         else:  # RTT's token-weighting ablations: p = 1 (A_tok = 0) or p ~ U[0, 1]
             env["IFCORE_RTT_RELEVANCE"] = mode
             if mode == "random":

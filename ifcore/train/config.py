@@ -126,7 +126,10 @@ class TrainConfig:
     bc_coef: float = _arg(0.0, "behaviour cloning: bc_coef x NLL of expert responses (RAIF eq. 8; Table 12's "
                                "ptx_coef is 1)")
     bc_data: str | None = _arg(None, "JSONL of {prompt, response} expert pairs; default: the training prompts' "
-                                     "witnesses with an expert's reasoning the warm start never saw (synth.expert_plan)")
+                                     "witnesses with the reasoning bc_expert names")
+    bc_expert: str = _arg("plan", "the default expert's reasoning: plan (the warm start's plan format, synth.plan: an "
+                                  "expert the policy can imitate within its budget and vocabulary) | deep (synth."
+                                  "expert_plan: a form the warm start never saw, about twice as long)")
     bc_batch: int = _arg(16, "expert pairs per step")
     # ---- real models (issue 10): LoRA through peft; generation in chunks that bound a real model's KV cache ----
     lora_r: int = _arg(0, "LoRA rank; 0: full fine-tuning. With LoRA the KL reference is the model with its "
@@ -165,6 +168,7 @@ LIMITS.update({
     "superior_cot": (lambda v: v in SUPERIOR_COT, f"one of {', '.join(SUPERIOR_COT)}"),
     "nothink_accuracy": (lambda v: v in ("answer", "authors"), "answer or authors"),
     "bc_coef": _NON_NEGATIVE, "bc_batch": _AT_LEAST_1,
+    "bc_expert": (lambda v: v in ("plan", "deep"), "plan or deep"),
 })
 # Real models' options.
 LIMITS.update({

@@ -119,7 +119,7 @@ def resolve_paths(cfg: TrainConfig, progress: bool = True) -> dict[str, str]:
 
         defaults = default_assets(WarmStartConfig(**cfg.warm_start), progress=progress)
         paths = {k: v if v is not None else defaults[k] for k, v in paths.items()}
-        if cfg.bc_coef and cfg.bc_data is None:  # RAIF's expert: not the warm start's own plans (synth.expert_plan)
+        if cfg.bc_coef and cfg.bc_data is None and cfg.bc_expert == "deep":  # a reasoning the warm start never saw
             from ifcore.synth import expert_file
 
             paths["bc_data"] = expert_file(defaults["train_data"], defaults["bc_data"],
@@ -589,7 +589,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                             else chat_prompt(tokenizer, pair["prompt"], think=True))
                     ids = tokenizer(text, add_special_tokens=False).input_ids
                     answer = tokenizer(pair["response"], add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-                    experts.append((ids + answer, len(ids)))
+                    # cut at the rollout budget as the OpenRLHF plug-in cuts it (an expert past it ends unfinished)
+                    experts.append((ids + answer[:cfg.max_new_tokens], len(ids)))
             if not experts:
                 raise JsonlError(f"{paths['bc_data']}: no rows")
 
@@ -715,6 +716,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                     "type": "train", "step": step,
                     "reward_mean": float(rewards.mean()), "reward_std": float(rewards.std()),
                     "identical_pair_fraction": float(identical_pair_fraction(rewards).mean()),
+                    # groups whose G rewards are all equal: zero advantage, no signal (ScopeIF's sparsity)
+                    "tied_group_fraction": float((identical_pair_fraction(rewards) == 1).mean()),
                     "kl": float(kl.sum() / m.sum()), "entropy": float((entropy * m).sum() / m.sum()),
                     "response_len": float(m.sum(-1).mean()),
                     "truncated_fraction": float(np.mean(truncated)),
@@ -724,7 +727,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                     "step_seconds": round(time.time() - t0, 3),
                 }
             row = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
-            row |= got["stats"] | ({"bc_loss": bc_first} if experts else {})  # RAIF
+            row |= got["stats"] | ({"bc_loss": bc_first, "bc_tokens": int(bc_tokens)} if experts else {})  # RAIF
             if cfg.token_advantages != "broadcast":  # RTT: the discriminator's time; how much tokens' advantages vary
                 spread = [float(a[:n].std()) for a, n in zip(token_advantages, mask.sum(-1).tolist()) if n > 1]
                 row |= {"rtt_seconds": round(rtt_seconds, 3),
