@@ -159,7 +159,7 @@ def test_bad_flag_is_named():
 def test_unsupported_options_are_refused_by_name():
     by_arm = dict(CONFIGS)
     with pytest.raises(ValueError, match="^rtt_discriminator: token_advantages rtt_inter needs a discriminator"):
-        _command(dict(by_arm["04/rtt_inter"], rtt_discriminator=None))
+        _command(dict(by_arm["04/rtt"], token_advantages="rtt_inter", rtt_discriminator=None))
     assert openrlhf.reward_env(by_arm["04/rtt"], "verifier")["IFCORE_RTT_RELEVANCE"] == "verifier"  # in its place
     with pytest.raises(ValueError, match="^rtt_alpha: 0.5 has no OpenRLHF counterpart"):
         _command(dict(by_arm["04/rtt"], rtt_alpha=0.5))
