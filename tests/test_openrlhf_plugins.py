@@ -215,8 +215,9 @@ def test_rtt_advantages_equal_ifcore_advantages(openrlhf_module, n, groups, micr
     plain = maker.compute_advantages_and_returns(_batches(maker, copy.deepcopy(samples)))
     beta = data.draw(st.sampled_from([0.25, 0.5, 1.0]))
     mode = data.draw(st.sampled_from(["intra", "inter"]))  # RTT's normalization, and the inter-sample ablation
+    floor = data.draw(st.sampled_from([0.0, 0.05, 0.3]))  # IFCORE_RTT_STD_FLOOR (NOT in RTT; 0: the paper's)
     got = plugins.add_rtt(maker, maker.compute_advantages_and_returns(_batches(maker, samples)), beta,
-                          fake_relevance, mode)
+                          fake_relevance, mode, std_floor=floor)
     adv = {i: (e.advantages[j], e.action_mask[j]) for e in got for j, i in enumerate(e.index)}
     base = {i: e.advantages[j] for e in plain for j, i in enumerate(e.index)}
     a_res = group_norm(np.array(rewards).reshape(groups, n))
@@ -233,7 +234,7 @@ def test_rtt_advantages_equal_ifcore_advantages(openrlhf_module, n, groups, micr
             satisfied.append(_satisfied(texts[i]))
             positions.append(pos)
         # RTT eq. 7 with alpha = 1: OpenRLHF's response advantage plus beta A_tok
-        expected = token_rtt(relevance, satisfied, a_res[g], alpha=1.0, beta=beta, mode=mode)
+        expected = token_rtt(relevance, satisfied, a_res[g], alpha=1.0, beta=beta, mode=mode, std_floor=floor)
         for k, i in enumerate(rows):
             a, mask = adv[i]
             assert torch.allclose(base[i][mask.bool()], torch.tensor(a_res[g][k], dtype=torch.float32), atol=1e-5)
