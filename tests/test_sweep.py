@@ -199,7 +199,16 @@ def test_a_stopped_sweep_leaves_no_trainer_running(env, tmp_path, how):
 
 
 @pytest.mark.slow
-def test_resampling_the_warm_start_gives_each_seed_its_own_data_and_policy(env, tmp_path):
+def test_resampling_the_warm_start_gives_each_seed_its_own_data_and_policy(env, tmp_path, capsys):
+    from ifcore.train.sft import cache_key
+
+    warm = TINY_RUN["warm_start"]
+    assert not any(cache_key({**warm, "seed": s})[1] for s in (7, 8))
+    # two warm starts to build: side by side, one process of one thread each, before any run starts
+    run_arms(["ila"], [7, 8], 1, tmp_path / "built", config={**TINY_RUN, "eval_every": 1}, workers=2,
+             resample_warm_start=True)
+    assert "building 2 warm starts, 2 at a time (one torch thread each)" in capsys.readouterr().out
+    assert all(cache_key({**warm, "seed": s})[1] for s in (7, 8))
     runs = run_arms(["ila", "cla"], [0, 1], 1, tmp_path / "runs", config={**TINY_RUN, "eval_every": 1},
                     progress=False, resample_warm_start=True)
     configs = {(r.arm, r.seed): json.loads((r.path / "config.json").read_text()) for r in runs.itertuples()}

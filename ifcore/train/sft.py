@@ -154,6 +154,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get("IFCORE_CACHE") or "~/.cache/ifcore").expanduser()
 
 
+def _spec(cfg: WarmStartConfig) -> dict:
+    from ifcore import synth
+    from ifcore.train import TRAINER_VERSION
+
+    return {"warm_start": asdict(cfg), "synth": synth.SYNTH_VERSION, "trainer": TRAINER_VERSION,
+            "verify": VERIFY_VERSION}
+
+
+def _key(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def cache_key(warm_start: dict) -> tuple[str, bool]:
+    """(key, built): the cache key of the default assets of WarmStartConfig overrides `warm_start`, and whether
+    the cache holds them already."""
+    key = _key(_spec(WarmStartConfig(**warm_start)))
+    return key, (cache_dir() / f"default-{key}").exists()
+
+
 def default_assets(cfg: WarmStartConfig, progress: bool = True) -> dict[str, str]:
     """{"model", "train_data", "test_data", "bc_data"}: the cached default dataset, warm-started policy and expert
     responses of the training prompts (RAIF's format, ifcore.synth.write_dataset), built on first use.
@@ -164,11 +183,9 @@ def default_assets(cfg: WarmStartConfig, progress: bool = True) -> dict[str, str
     """
     from ifcore import synth
     from ifcore.jsonl import read_jsonl
-    from ifcore.train import TRAINER_VERSION
 
-    spec = {"warm_start": asdict(cfg), "synth": synth.SYNTH_VERSION, "trainer": TRAINER_VERSION,
-            "verify": VERIFY_VERSION}
-    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    spec = _spec(cfg)
+    key = _key(spec)
     root = cache_dir() / f"default-{key}"
     paths = {"model": str(root / "policy"), "train_data": str(root / "train.jsonl"),
              "test_data": str(root / "test.jsonl"), "bc_data": str(root / "expert.jsonl")}

@@ -136,6 +136,7 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
 
     cfgs = [(name, load_config(None, **fields(over, seed))) for name, over in named.items()
             for seed in dict.fromkeys(seeds)]  # every value checked before anything is built or trained
+    _build_warm_starts([cfg for _, cfg in cfgs], workers, progress)
     runs = []
     for arm, cfg in cfgs:
         key = run_identity(cfg, resolve_paths(cfg, progress=progress))[1]  # the default assets are built once
@@ -211,6 +212,45 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
     print(f"{runs_dir}: {len(runs)} runs of {steps} steps done in {time.time() - t0:.0f}s; reused: "
           f"{counts['reused']}, resumed: {counts['resumed']}, trained from scratch: {counts['trained']}", flush=True)
     return pd.DataFrame([{k: r[k] for k in ("arm", "seed", "status", "from_step", "path", "key")} for r in runs])
+
+
+def _build_warm_starts(cfgs: list, workers: int, progress: bool) -> None:
+    """The default dataset and warm-started policy of every distinct warm start the runs need and the cache lacks,
+    `workers` at a time, each built in a process of its own with one torch thread, as the runs train: on two
+    cores two one-thread builds finish sooner than one two-thread build after another (one seed's warm start each
+    with resample_warm_start). Runs given a model or data build nothing."""
+    import concurrent.futures
+    import multiprocessing
+
+    from ifcore.train.sft import cache_key
+
+    needed = {}
+    for cfg in cfgs:
+        if cfg.model is None or cfg.train_data is None or cfg.test_data is None:
+            key, exists = cache_key(cfg.warm_start)
+            if not exists:
+                needed[key] = cfg.warm_start
+    if len(needed) < 2 or workers < 2:  # nothing to build side by side: resolve_paths builds it in this process
+        return
+    if progress:
+        print(f"building {len(needed)} warm starts, {min(workers, len(needed))} at a time (one torch thread each)",
+              flush=True)
+    t0 = time.time()
+    with concurrent.futures.ProcessPoolExecutor(min(workers, len(needed)),
+                                                mp_context=multiprocessing.get_context("spawn")) as pool:
+        for done in concurrent.futures.as_completed([pool.submit(_build_one, w) for w in needed.values()]):
+            done.result()  # a failed build raises here, naming its error
+            if progress:
+                print(f"  a warm start is built ({time.time() - t0:.0f}s since the builds started)", flush=True)
+
+
+def _build_one(warm_start: dict) -> None:
+    import torch
+
+    from ifcore.train.sft import WarmStartConfig, default_assets
+
+    torch.set_num_threads(1)
+    default_assets(WarmStartConfig(**warm_start), progress=False)
 
 
 def _ray_jobs(backend: str, pending: list, runs: list, steps: int, workers: int, address: str, bar, failed: list,
