@@ -7,9 +7,10 @@ is in, as root, under strace.
 
 `run` hands a dozen honest judge-style tools (the helpers, the preloaded stdlib modules, an error, a scratch file,
 a memory and a recursion bomb) to a one-worker pool; `parse` lists, for every process that installed the filter
-(its prctl(PR_SET_SECCOMP) line), the calls it made afterwards, those outside ifcore.judge.sandbox's allowlist, and
-how many of these were refused with EPERM. On 2026-12-05 `run` needed 12 distinct calls, the whole of
-tests/test_sandbox.py 27 allowed ones (README, "Sandbox").
+(its prctl(PR_SET_SECCOMP) line), the calls it made afterwards, those outside ifcore.judge.sandbox's allowlist,
+how many of these were refused with EPERM, and the commands tools gave ioctl, fcntl and futex (issue 36: the
+filter allows only some, by value; a refused one shows as "EPERM"). On 2026-12-05 `run` needed 12 distinct
+calls, the whole of tests/test_sandbox.py 27 allowed ones (docs/sandbox.md).
 """
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ def run() -> None:
 def parse(path: str) -> None:
     from ifcore.judge.sandbox import _ALLOWED_SYSCALLS
     filtered, calls, refused = set(), collections.Counter(), collections.Counter()
+    commands = collections.defaultdict(collections.Counter)  # the command arguments of ioctl, fcntl, futex
     line_re = re.compile(r"^(\d+)\s+(?:<\.\.\. )?([a-z0-9_]+)[( ]")
+    command_re = re.compile(r"^\d+\s+(ioctl|fcntl|futex)\([^,]+, ([A-Za-z0-9_|]+)")
     with open(path) as f:
         for line in f:
             m = line_re.match(line)
@@ -59,6 +62,9 @@ def parse(path: str) -> None:
             pid, name = m.groups()
             if pid in filtered:
                 calls[name] += 1
+                command = command_re.match(line)
+                if command:
+                    commands[command.group(1)][command.group(2) + (" EPERM" if "EPERM" in line else "")] += 1
                 refused[name] += "EPERM" in line and name not in _ALLOWED_SYSCALLS
             if name == "prctl" and "PR_SET_SECCOMP" in line:
                 filtered.add(pid)
@@ -66,6 +72,8 @@ def parse(path: str) -> None:
     print("calls made after the filter:", " ".join(sorted(calls)))
     print("outside the allowlist:", " ".join(sorted(set(calls) - set(_ALLOWED_SYSCALLS))) or "none")
     print("refused with EPERM:", dict(sorted((k, v) for k, v in refused.items() if v)))
+    for name, counts in sorted(commands.items()):
+        print(f"{name} commands:", dict(sorted(counts.items())))
 
 
 if __name__ == "__main__":

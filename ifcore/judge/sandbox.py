@@ -4,20 +4,27 @@ ScopeIF runs each tool in a fresh interpreter (`python -I`, RLIMIT_AS 1 GB, RLIM
 `run_spawned` here, the baseline `ifcore bench sandbox` measures against. `Sandbox` keeps a pool of worker
 processes with ifcore.text already imported. Each worker forks, before it reads any request, a zygote; per call
 the zygote forks a call process, which alone reads the request (so no later call's memory holds an earlier
-call's code or arguments), puts itself into new PID, IPC, mount, UTS and network namespaces and forks the tool's
-process, PID 1 of its namespace. That process locks itself down before the tool runs:
+call's code or arguments), puts itself into new PID, IPC, mount, UTS and network namespaces, builds the call's
+view of the filesystem and forks the tool's process, PID 1 of its namespace. That process locks itself down
+before the tool runs:
 - its own /proc (it sees no other process: no environment, command line, /proc/<pid>/root or memory of any),
-  a read-only view of the filesystem with fresh tmpfs on /tmp (its cwd), /var/tmp, /dev/shm, /run/lock and
-  empty read-only /root and /home; SysV and POSIX IPC objects die with the call; no network interface at all;
+  every mount read-only, nosuid and nodev, a /dev of its own (null zero full random urandom: no terminal, pty,
+  kvm or GPU node), fresh tmpfs on /tmp (its cwd), /var/tmp, /dev/shm, /run/lock and empty read-only /run,
+  /root, /home and the caller's home and XDG folders; SysV and POSIX IPC objects die with the call; no network;
+- where the kernel has Landlock, files open only beneath an allowlist (read: /usr, /etc, the interpreter,
+  ifcore; write: the call's tmpfs), so no host FIFO, socket or other file is reachable whatever its mode;
 - as root: a uid and gid of its own (UID_BASE + the call process's pid, no groups), shared with no other call
   and no host process, so it can signal, trace or resource-limit nothing but itself; without root the worker
-  first enters a user namespace (the caller's uid mapped to 0) and the tool drops every capability: the same
-  namespaces, filter and read-only view, under the caller's uid (see README, "Sandbox");
+  first enters a user namespace (the caller's uid mapped to 0; refused if the caller has supplementary groups,
+  which a user namespace cannot drop) and the tool drops every capability (docs/sandbox.md);
 - only its result pipe open, stdin/stdout/stderr on /dev/null, an environment of PATH only;
-- rlimits: CPU seconds, address space, file size 0 (no file gets a byte), processes 0, 16 descriptors, no core;
-- on x86_64 an allowlist seccomp filter (_ALLOWED_SYSCALLS, measured with strace on the tests' tools):
-  every other call (processes, threads, programs, sockets, io_uring, keyctl, SysV IPC, signals, ptrace,
-  process_vm_*, bpf, perf_event_open, mount, unshare, setns, ...) fails with EPERM.
+- rlimits: CPU seconds, address space and data, file size 0 (no file gets a byte), processes 0, 16
+  descriptors, no core; where the caller may create one, a memory cgroup per worker (it counts page tables and
+  kernel memory too), otherwise mmap/mremap only at addresses the kernel picks;
+- on x86_64 an allowlist seccomp filter (_ALLOWED_SYSCALLS, measured with strace on the tests' tools; ioctl,
+  fcntl, futex and prlimit64 only with the commands of _ARGUMENT_RULES): every other call (processes, threads,
+  programs, sockets, io_uring, keyctl, SysV IPC, signals, ptrace, process_vm_*, bpf, perf_event_open, mount,
+  unshare, setns, ...) fails with EPERM.
 The call process reads the reply until EOF or the wall deadline, then kills the namespace (its PID 1 dies and
 the kernel takes everything in it, tmpfs included), so cleanup is inside the deadline. Each worker runs under
 ifcore.reaper and is itself a child subreaper: nothing a call leaves outlives the pool.
@@ -26,7 +33,7 @@ as `word_count`) and `split_sentences`, are in its globals. Its result must be J
 most RESULT_CAP characters once serialized (ScopeIF drops larger ones). The caller's side decodes what it reads
 defensively (sizes, UTF-8, lone surrogates, nesting depth, NaN): every call returns {"ok", "result", "error",
 "kind"} with kind one of "ok", "error", "timeout", "killed", "too_large", "bad_result"; `Sandbox.run` never
-raises.
+raises. The worker's decoding (linear in the reply) counts against the call's CPU seconds.
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ import contextlib
 import ctypes
 import json
 import os
+import pwd
 import queue
 import re
 import resource
@@ -55,13 +63,21 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 KINDS = ("ok", "error", "timeout", "killed", "too_large", "bad_result")
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 0x4000, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+_SMALL_SCRATCH = b"size=1m,nr_inodes=64,mode=1777"
+_DEVICES = ("null", "zero", "full", "random", "urandom")  # the whole of a call's /dev
 _ENVELOPE_MAX = 4 * RESULT_CAP + 4096  # a tool's reply is at most this many bytes; more is a hostile flood
 _LINE_MAX = 1 << 20  # a worker's reply line: far above anything it writes
+_MESSAGE = "<iidI"  # a call process's report: the tool's wait status, the problem, its CPU seconds, the reply's size
 _SETUP_EXIT = 70  # the tool's process could not lock itself down
-_SETUP_FAILED, _CPU_LIMIT = 3, 4  # the call process's problem codes: 0 none, 1 timeout, 2 too_large, 3 its own
-# setup failed, 4 the tool used up its CPU seconds
+_SETUP_FAILED, _CPU_LIMIT, _MEMORY_LIMIT = 3, 4, 5  # the call process's problem codes: 0 none, 1 timeout,
+# 2 too_large, 3 its own setup failed, 4 the tool used up its CPU seconds, 5 its memory cgroup's OOM killer ended it
 _SECCOMP = None  # the worker's filter program
+_LANDLOCK_ABI = 0  # the kernel's Landlock ABI version (0: none)
+_OOM_EVENTS = None  # the worker's memory cgroup's file that counts its OOM kills (memory.oom_control, memory.events)
+_READABLE: list[str] = []  # folders a tool may read beneath (with Landlock)
+_HIDDEN: list[str] = []  # the caller's home and XDG folders: empty in a call's view
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # One thread (numpy's BLAS would start more): forks are then safe, and without root unshare(CLONE_NEWUSER) works.
 _WORKER_ENV = {"PATH": SAFE_PATH, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -79,7 +95,9 @@ def _result(kind: str, result=None, error: str | None = None) -> dict:
 
 # ---- defensive decoding (both the worker and the caller use it) ------------------------------------------------
 
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+# A string, or an unterminated one up to the end (possessive: each character is read once, so the scan is linear
+# whatever the reply; a pattern that may fail restarts at every later quote, quadratic on '"\\"\\"...').
+_STRINGS = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.S)
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 
 
@@ -140,7 +158,7 @@ def split_sentences(text: str) -> list[str]:
 # and a dozen honest judge-style tools (stdlib and the helpers) finds, after the filter is in, only brk chdir
 # clock_gettime clock_nanosleep close exit_group getcwd getdents64 getgid getgroups getpid getppid gettid getuid
 # ioctl lseek mkdir mmap mprotect munmap newfstatat openat prlimit64 read rt_sigaction rt_sigprocmask write allowed
-# (scripts/sandbox_syscalls.py; README, "Sandbox"). The list adds their siblings of the same kind (the other
+# (scripts/sandbox_syscalls.py; docs/sandbox.md). The list adds their siblings of the same kind (the other
 # stat, read/write, directory, time and id calls, files inside the call's own tmpfs, realloc's mremap and
 # malloc's madvise, getrandom for an unseeded random.Random). Everything else fails with EPERM: processes,
 # threads, programs, sockets, io_uring, keyrings, SysV and POSIX IPC, signals, ptrace and process_vm_*, bpf,
@@ -162,23 +180,64 @@ _ALLOWED_SYSCALLS = {
 }
 
 
-def _seccomp_filter():
+# Calls allowed only with some values of one argument (the index, the values; its low 32 bits: the kernel reads an
+# int), measured as the allowlist was (scripts/sandbox_syscalls.py lists the requests honest tools make):
+_ARGUMENT_RULES = {
+    # TCGETS (isatty, on every open), TIOCGWINSZ, FIONBIO (os.set_blocking), FIONCLEX, FIOCLEX (set_inheritable):
+    # no terminal writes, no driver's requests
+    "ioctl": (1, (0x5401, 0x5413, 0x5421, 0x5450, 0x5451)),
+    # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_DUPFD_CLOEXEC: no locks, leases, owners, signals or notifies
+    "fcntl": (1, (0, 1, 2, 3, 4, 1030)),
+    # FUTEX_PRIVATE_FLAG always (a futex of this process only, never one in a file a host process maps): WAIT,
+    # WAKE, WAIT_BITSET, WAKE_BITSET, and WAIT_BITSET with FUTEX_CLOCK_REALTIME; no requeue, no PI, no wake_op
+    "futex": (1, (128, 129, 137, 138, 393)),
+    "prlimit64": (0, (0,)),  # its own limits only
+}
+_MAP_FIXED, _MAP_FIXED_NOREPLACE, _MREMAP_FIXED, _MREMAP_DONTUNMAP = 0x10, 0x100000, 2, 4
+
+
+def _seccomp_filter(placed_mappings: bool):
     """The allowlist program (built once per worker: ctypes types cost a call more than its fork): a foreign
-    ABI kills the process, x32 and every call not allowed fail with EPERM."""
+    ABI kills the process, x32 and every call not allowed fail with EPERM, and so do the calls of
+    _ARGUMENT_RULES with other values. `placed_mappings` False (no memory cgroup): mmap and mremap only where the
+    kernel chooses the address, so a tool's mappings lie side by side and its page tables stay proportional to
+    its address space (one-page mappings a gigabyte apart would cost a page table each, outside RLIMIT_AS)."""
     class Filter(ctypes.Structure):
         _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
 
     class Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
 
-    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allowed = sorted(_ALLOWED_SYSCALLS.values())
-    m = len(allowed)  # < 256: a jump offset is one byte
-    rules = [(load, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, 0x80000000),  # arch must be x86_64
-             (load, 0, 0, 0), (jge, m, 0, 0x40000000)]  # x32 calls: to the EPERM below the comparisons
-    rules += [(jeq, m - i, 0, nr) for i, nr in enumerate(allowed)]  # a match jumps to the allow
-    rules += [(ret, 0, 0, 0x00050000 | 1), (ret, 0, 0, 0x7FFF0000)]  # EPERM; allow
-    filters = (Filter * len(rules))(*[Filter(*r) for r in rules])
+    load, jeq, jge, jset, ja, ret = 0x20, 0x15, 0x35, 0x45, 0x05, 0x06
+
+    def arg(i, high=False):  # offset of seccomp_data.args[i] (x86_64 is little-endian: the low word first)
+        return 16 + 8 * i + 4 * high
+
+    # Instructions (code, jt, jf, k) whose jt, jf (and k of `ja`) may name a label: "allow", "deny" or a block.
+    blocks = {name: [(load, 0, 0, arg(i))] + [(jeq, "allow", 0, v) for v in values] + [(ja, 0, 0, "deny")]
+              for name, (i, values) in _ARGUMENT_RULES.items()}
+    if not placed_mappings:
+        blocks["mmap"] = [(load, 0, 0, arg(0)), (jeq, 0, "deny", 0), (load, 0, 0, arg(0, True)), (jeq, 0, "deny", 0),
+                          (load, 0, 0, arg(3)), (jset, "deny", "allow", _MAP_FIXED | _MAP_FIXED_NOREPLACE)]
+        blocks["mremap"] = [(load, 0, 0, arg(3)), (jset, "deny", "allow", _MREMAP_FIXED | _MREMAP_DONTUNMAP)]
+    program = [(load, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, 0x80000000),  # arch must be x86_64
+               (load, 0, 0, 0), (jge, "deny", 0, 0x40000000)]  # x32 calls
+    program += [(jeq, name if name in blocks else "allow", 0, nr)
+                for name, nr in sorted(_ALLOWED_SYSCALLS.items(), key=lambda item: item[1])]
+    program.append((ja, 0, 0, "deny"))
+    labels = {}
+    for name, block in blocks.items():
+        labels[name] = len(program)
+        program += block
+    labels["deny"], labels["allow"] = len(program), len(program) + 1
+    program += [(ret, 0, 0, 0x00050000 | 1), (ret, 0, 0, 0x7FFF0000)]  # EPERM; allow
+    rules = []
+    for at, (code, jt, jf, k) in enumerate(program):
+        jt, jf = (labels[j] - at - 1 if isinstance(j, str) else j for j in (jt, jf))
+        k = labels[k] - at - 1 if isinstance(k, str) else k
+        assert 0 <= jt < 256 and 0 <= jf < 256, "a conditional jump of the filter is too far"
+        rules.append(Filter(code, jt, jf, k))
+    filters = (Filter * len(rules))(*rules)
     return Program(len(rules), filters), filters  # the array must outlive the program that points at it
 
 
@@ -202,7 +261,7 @@ def _drop_capabilities() -> None:
 def _limit(cpu_seconds: int, memory_mb: int) -> None:
     # soft == hard, so the tool cannot raise them back; CPU gets a second of grace to turn SIGXCPU into SIGKILL.
     for which, value in ((resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1)),
-                         (resource.RLIMIT_AS, (memory_mb << 20,) * 2),
+                         (resource.RLIMIT_AS, (memory_mb << 20,) * 2), (resource.RLIMIT_DATA, (memory_mb << 20,) * 2),
                          (resource.RLIMIT_FSIZE, (0, 0)), (resource.RLIMIT_NPROC, (0, 0)),
                          (resource.RLIMIT_NOFILE, (16, 16)), (resource.RLIMIT_CORE, (0, 0))):
         resource.setrlimit(which, value)
@@ -237,6 +296,42 @@ def _describe(e: BaseException) -> str:
         return type(e).__name__
 
 
+# Landlock's filesystem rights (include/uapi/linux/landlock.h): what each ABI version handles.
+_LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE, _LL_READ_DIR, _LL_TRUNCATE = 1, 2, 4, 8, 1 << 14
+_LL_MAKE_CHAR, _LL_MAKE_BLOCK, _LL_IOCTL_DEV = 1 << 6, 1 << 11, 1 << 15
+
+
+def _landlock() -> None:
+    """From here on files open only beneath the allowlist: read (and run) beneath _READABLE (the interpreter,
+    ifcore, /usr, /etc, ...), read and write the private /dev's nodes, anything in the call's own tmpfs. A host
+    FIFO, socket or file elsewhere fails with EACCES, whatever its mode. Where the ABI has them, TCP and signals
+    outside the call are refused too."""
+    libc, abi = _libc(), _LANDLOCK_ABI
+    handled = 0x1FFF | (1 << 13 if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0) | \
+        (_LL_IOCTL_DEV if abi >= 5 else 0)
+    attr = struct.pack("<QQQ", handled, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)  # fs; TCP bind, connect; scopes
+    ruleset = libc.syscall(444, attr, 8 if abi < 4 else 16 if abi < 6 else 24, 0)  # landlock_create_ruleset
+    _check(ruleset >= 0, "landlock_create_ruleset")
+    read = _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR
+    scratch = handled & ~(_LL_MAKE_CHAR | _LL_MAKE_BLOCK | _LL_IOCTL_DEV)
+    try:
+        for paths, access in ((_READABLE + ["/proc"], read), (["/dev"], read | _LL_WRITE_FILE | _LL_TRUNCATE & handled),
+                              (["/tmp", "/var/tmp", "/dev/shm", "/run/lock"], scratch)):
+            for path in paths:
+                try:
+                    fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
+                except OSError:  # hidden in this view, or not there
+                    continue
+                rule = struct.pack("<Qi", access, fd)  # struct landlock_path_beneath_attr (packed)
+                ok = libc.syscall(445, ruleset, 1, rule, 0) == 0  # landlock_add_rule PATH_BENEATH
+                os.close(fd)
+                _check(ok, f"landlock_add_rule {path}")
+        _check(libc.prctl(38, 1, 0, 0, 0) == 0, "no_new_privs")
+        _check(libc.syscall(446, ruleset, 0) == 0, "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
 def _tool_process(write_fd: int, req: dict, uid: int) -> None:
     """PID 1 of the call's namespaces: its own /proc, lock down, run, write the envelope, exit. Never returns."""
     try:
@@ -250,6 +345,10 @@ def _tool_process(write_fd: int, req: dict, uid: int) -> None:
         os.chdir("/tmp")
         os.environ.clear()
         os.environ["PATH"] = SAFE_PATH
+        with open("/proc/self/oom_score_adj", "w") as f:  # a memory cgroup's OOM killer takes the tool first
+            f.write("1000")
+        if _LANDLOCK_ABI:
+            _landlock()
         if uid:
             os.setgroups([])
             os.setgid(uid)
@@ -274,28 +373,52 @@ def _tool_process(write_fd: int, req: dict, uid: int) -> None:
 
 # ---- the call process (one per call, forked by the zygote) -------------------------------------------------------
 
-def _private_view() -> None:
-    """In the call's new mount namespace: everything read-only, fresh tmpfs where programs write, /root and
-    /home empty."""
+def _private_view(hidden: list[str]) -> None:
+    """In the call's new mount namespace: every mount read-only, nosuid and nodev; a /dev of its own with null,
+    zero, full, random and urandom only (no terminal, pty, GPU or other driver); fresh tmpfs where programs
+    write; /run, /root, /home and `hidden` (the caller's home and XDG folders) empty."""
     libc = _libc()
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0, "make / private")
-    attr = (ctypes.c_uint64 * 4)(MS_RDONLY | MS_NOSUID, 0, 0, 0)  # MOUNT_ATTR_RDONLY|NOSUID (nodev: no /dev/null)
+    # Detached copies of the host's device nodes, taken before nodev reaches every mount.
+    nodes = {}
+    for name in _DEVICES:
+        fd = libc.syscall(428, -100, f"/dev/{name}".encode(), 1 | os.O_CLOEXEC)  # open_tree(OPEN_TREE_CLONE)
+        _check(fd >= 0, f"open_tree /dev/{name}")
+        nodes[name] = fd
+    attr = (ctypes.c_uint64 * 4)(MS_RDONLY | MS_NOSUID | MS_NODEV, 0, 0, 0)  # MOUNT_ATTR_RDONLY|NOSUID|NODEV
     _check(libc.syscall(442, -100, b"/", 0x8000, attr, ctypes.sizeof(attr)) == 0,  # mount_setattr AT_RECURSIVE
-           "mount_setattr (read-only /)")
-    for path, flags, options in (
-            (b"/tmp", 0, b"size=16m,nr_inodes=4096,mode=1777"), (b"/var/tmp", 0, b"size=1m,nr_inodes=64,mode=1777"),
-            (b"/dev/shm", 0, b"size=1m,nr_inodes=64,mode=1777"), (b"/run/lock", 0, b"size=1m,nr_inodes=64,mode=1777"),
-            (b"/root", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755"),
-            (b"/home", MS_RDONLY, b"size=4k,nr_inodes=4,mode=755")):
+           "mount_setattr (read-only, nodev /)")
+    small = b"size=64k,nr_inodes=64,mode=755"
+    filled = [path for path in ("/dev", "/run") if os.path.isdir(path)]  # read-only once their entries are in
+    for path in [*filled, "/root", "/home", *hidden]:
+        if os.path.isdir(path):  # not under one already emptied
+            flags = MS_NOSUID | MS_NODEV | MS_NOEXEC | (0 if path in filled else MS_RDONLY)
+            _check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, small) == 0, f"tmpfs on {path}")
+    for name, fd in nodes.items():
+        os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
+        _check(libc.syscall(429, fd, b"", -100, f"/dev/{name}".encode(), 4) == 0,  # move_mount F_EMPTY_PATH
+               f"move_mount /dev/{name}")
+        os.close(fd)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"/dev/{name}")
+    os.mkdir("/dev/shm")
+    if "/run" in filled:
+        os.mkdir("/run/lock")
+    for path, options in ((b"/tmp", b"size=16m,nr_inodes=4096,mode=1777"), (b"/dev/shm", _SMALL_SCRATCH),
+                          (b"/var/tmp", _SMALL_SCRATCH), (b"/run/lock", _SMALL_SCRATCH)):
         if os.path.isdir(path):
-            _check(libc.mount(b"tmpfs", path, b"tmpfs", flags | MS_NOSUID | MS_NODEV, options) == 0,
+            _check(libc.mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, options) == 0,
                    f"tmpfs on {path.decode()}")
+    for path in filled:  # nothing more goes into them
+        _check(libc.mount(None, path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+                          | MS_NOEXEC, None) == 0, f"read-only {path}")
 
 
 def _call(request_fd: int, message_fd: int, as_root: bool) -> None:
     """Read the request, enter new namespaces, run the tool as their PID 1 until EOF or the deadline, kill it,
     and send the worker (status, problem, reply). Never returns."""
-    problem, status, data = 0, 0, b""
+    problem, status, data, cpu = 0, 0, b"", 0.0
     try:
         req = json.loads(os.pread(request_fd, os.fstat(request_fd).st_size, 0))
         os.close(request_fd)
@@ -303,7 +426,8 @@ def _call(request_fd: int, message_fd: int, as_root: bool) -> None:
         uid = UID_BASE + os.getpid() if as_root else 0
         _check(_libc().unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET) == 0,
                "unshare")
-        _private_view()
+        _private_view(_HIDDEN)
+        oom_kills = _oom_kills() if _OOM_EVENTS is not None else 0
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -315,17 +439,25 @@ def _call(request_fd: int, message_fd: int, as_root: bool) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills the rest of it
         _, status, usage = os.wait4(pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime
         # PID 1 of a namespace ignores SIGXCPU (its default action), so the hard limit's SIGKILL ends it: name it.
-        if not problem and not data and usage.ru_utime + usage.ru_stime >= req["cpu_seconds"]:
+        if not problem and not data and cpu >= req["cpu_seconds"]:
             problem = _CPU_LIMIT
+        elif not problem and not data and _OOM_EVENTS is not None and _oom_kills() > oom_kills:
+            problem = _MEMORY_LIMIT
     except BaseException as e:
         problem, data = _SETUP_FAILED, _describe(e).encode()
     finally:
-        message = struct.pack("<iiI", status, problem, len(data)) + data
+        message = struct.pack(_MESSAGE, status, problem, cpu, len(data)) + data
         with contextlib.suppress(OSError):
             while message:
                 message = message[os.write(message_fd, message):]
         os._exit(0)
+
+
+def _oom_kills() -> int:
+    found = re.search(r"^oom_kill (\d+)", os.pread(_OOM_EVENTS, 4096, 0).decode(), re.M)
+    return int(found.group(1)) if found else 0  # kernels before 4.13 do not count them
 
 
 def _read_until(fd: int, deadline: float) -> tuple[bytes, int]:
@@ -358,14 +490,71 @@ def _zygote(go_fd: int, request_fd: int, message_fd: int, as_root: bool) -> None
 
 def _enter_user_namespace() -> None:
     """Without root: become root of a new user namespace (the caller's uid and gid mapped to 0), so that each
-    call can have its namespaces and mounts; raises OSError saying why not."""
+    call can have its namespaces and mounts; raises OSError saying why not. A user namespace must deny
+    setgroups, so a tool would keep the caller's supplementary groups (files and devices of those groups): a
+    caller with any is refused."""
     uid, gid = os.geteuid(), os.getegid()
+    groups = sorted(set(os.getgroups()) - {gid})
+    if groups:
+        import grp
+        names = []
+        for g in groups:
+            try:
+                names.append(f"{grp.getgrgid(g).gr_name} ({g})")
+            except KeyError:
+                names.append(str(g))
+        raise OSError(f"the caller has supplementary groups {', '.join(names)}, which a tool would keep (without "
+                      f"root a user namespace cannot drop them): run the judge as root, or as a user that has none "
+                      f"(as root, `setpriv --reuid U --regid G --clear-groups CMD` starts one)")
     _check(_libc().unshare(CLONE_NEWUSER) == 0, "unshare(CLONE_NEWUSER): unprivileged user namespaces are off "
                                                 "here (kernel.unprivileged_userns_clone, user.max_user_namespaces, "
                                                 "an AppArmor or container seccomp policy)")
     for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
+
+
+def _memory_cgroup(memory_mb: int) -> str | None:
+    """A memory cgroup for this worker's calls (limit memory_mb, no swap), where the caller may create one (root,
+    or a delegated cgroup v2 folder): its folder, or None. It counts what the kernel charges a tool: pages, page
+    tables, kernel objects, its tmpfs files."""
+    with open("/proc/self/cgroup") as f:
+        own = [line.rstrip("\n").split(":", 2) for line in f]
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split(" - ", 1) for line in f]
+    for left, right in mounts:
+        fields, (fstype, _, options) = left.split(), right.split()[:3]
+        if fstype == "cgroup" and "memory" in options.split(","):
+            path = next((p for _, names, p in own if "memory" in names.split(",")), None)
+            limits = ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+        elif fstype == "cgroup2":
+            path = next((p for n, names, p in own if n == "0" and not names), None)
+            limits = ("memory.max", "memory.swap.max")
+        else:
+            continue
+        if path is None:
+            continue
+        root, mountpoint = fields[3], fields[4]
+        parent = mountpoint + (path[len(root):] if root != "/" and path.startswith(root) else path)
+        with contextlib.suppress(OSError):  # folders of workers that died without removing theirs
+            for name in os.listdir(parent):
+                if name.startswith("ifcore-sandbox-") and not os.path.exists(f"/proc/{name[15:]}"):
+                    os.rmdir(os.path.join(parent, name))
+        folder = os.path.join(parent, f"ifcore-sandbox-{os.getpid()}")
+        try:
+            os.mkdir(folder)
+        except OSError:  # not ours to create
+            continue
+        try:
+            for name, value in zip(limits, (memory_mb << 20, memory_mb << 20 if limits[0] == "memory.limit_in_bytes"
+                                            else 0)):
+                if name == limits[0] or os.path.exists(os.path.join(folder, name)):  # no swap accounting: no swap file
+                    with open(os.path.join(folder, name), "w") as f:
+                        f.write(str(value))
+            return folder
+        except OSError:  # no memory controller in this hierarchy
+            os.rmdir(folder)
+    return None
 
 
 def _full_root() -> bool:
@@ -384,31 +573,64 @@ def _worker() -> None:
 
     from ifcore.text import Doc
 
+    global _SECCOMP, _LANDLOCK_ABI, _READABLE, _HIDDEN, _OOM_EVENTS
     out = sys.stdout.buffer
     reaper.become_subreaper()
+    config = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    memory_mb = config.get("memory_mb", 1024)
     as_root = _full_root()
     hardening = {"user": "per-call uid" if as_root else "caller's uid, no capabilities (user namespace)",
                  "namespaces": "pid ipc mount uts net, per call", "network": "namespace",
-                 "filesystem": "read-only, private tmpfs", "syscalls": "not filtered"}
+                 "filesystem": "read-only, nodev, private tmpfs; /run, /root, /home and the caller's home hidden",
+                 "devices": "private /dev: " + " ".join(_DEVICES), "syscalls": "not filtered",
+                 "files": "no Landlock: any file the view shows and the tool's uid may open"}
+    cgroup = procs = None
     try:
+        with contextlib.suppress(OSError):
+            cgroup = _memory_cgroup(memory_mb)
+            if cgroup:
+                procs = os.open(os.path.join(cgroup, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+                events = "memory.oom_control" if os.path.exists(os.path.join(cgroup, "memory.oom_control")) else \
+                    "memory.events"
+                _OOM_EVENTS = os.open(os.path.join(cgroup, events), os.O_RDONLY | os.O_CLOEXEC)
+        hardening["memory"] = f"memory cgroup {cgroup} (no swap)" if procs is not None else \
+            "RLIMIT_AS and RLIMIT_DATA; mmap/mremap only where the kernel places them (no memory cgroup)"
         if not as_root:
             _enter_user_namespace()  # before the imports: only a single-threaded process may
         for name in _PRELOAD:
             importlib.import_module(name)
         Doc("Warm up the splitter. It loads its parameters once.").sentences  # noqa: B018
+        # Hidden folders: absolute, never / or a system folder a tool's interpreter needs.
+        _HIDDEN = sorted({os.path.normpath(p) for p in config.get("hidden", []) if os.path.isabs(p)}
+                         - {"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/dev", "/tmp", "/var"})
+        _LANDLOCK_ABI = max(0, _libc().syscall(444, None, 0, 1))  # LANDLOCK_CREATE_RULESET_VERSION; -1: none
+        if _LANDLOCK_ABI:
+            import ifcore
+            _READABLE = list(dict.fromkeys(os.path.realpath(p) for p in (
+                "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/etc", sys.prefix, sys.exec_prefix,
+                sys.base_prefix, sys.base_exec_prefix, os.path.dirname(ifcore.__file__), *sys.path[1:])
+                if os.path.isdir(p)))
+            hardening["files"] = f"Landlock ABI {_LANDLOCK_ABI}: read beneath {len(_READABLE)} folders " \
+                                 "(interpreter, ifcore, /usr, /etc), write in the call's tmpfs only"
         if os.uname().machine == "x86_64":
-            global _SECCOMP
-            _SECCOMP = _seccomp_filter()
+            _SECCOMP = _seccomp_filter(placed_mappings=procs is not None)
             hardening["syscalls"] = "seccomp allowlist"
+            hardening["arguments"] = ", ".join(_ARGUMENT_RULES) + " by value" + \
+                ("" if procs is not None else "; mmap, mremap: no address")
     except OSError as e:
         out.write((json.dumps({"ready": False, "error": str(e)}) + "\n").encode())
         out.flush()
+        if cgroup:
+            os.rmdir(cgroup)
         return
     request_fd = os.memfd_create("ifcore-sandbox-request")
     go_read, go_write = os.pipe()
     message_read, message_write = os.pipe()
     gc.freeze()  # children then do not copy pages just to touch the collector's bookkeeping
-    if os.fork() == 0:  # the zygote: forked before any request was read
+    zygote = os.fork()
+    if zygote == 0:  # forked before any request was read
+        if procs is not None:  # the zygote, and so every call process and tool, in the memory cgroup
+            os.write(procs, b"0")
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -418,31 +640,38 @@ def _worker() -> None:
     os.close(go_read)
     os.close(message_write)
 
+    def leave() -> None:  # the zygote ends at EOF on its pipe; its cgroup can then go
+        os.close(go_write)
+        os.waitpid(zygote, 0)
+        if cgroup:
+            os.rmdir(cgroup)
+
     def serve(line: bytes) -> dict:
         req = json.loads(line)
         os.ftruncate(request_fd, 0)
         os.pwrite(request_fd, line, 0)
         os.write(go_write, b"g")
-        message = _read_exactly(message_read, 12, time.monotonic() + req["timeout"] + 5)
-        status, problem, size = struct.unpack("<iiI", message)
+        message = _read_exactly(message_read, struct.calcsize(_MESSAGE), time.monotonic() + req["timeout"] + 5)
+        status, problem, cpu, size = struct.unpack(_MESSAGE, message)
         data = _read_exactly(message_read, size, time.monotonic() + 5) if size <= _ENVELOPE_MAX else None
         if data is None:
             raise OSError("the call process sent too much")
         with contextlib.suppress(ChildProcessError):  # a stray the zygote left (none unless it died): reap it
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
-        return _reply(status, problem, data, req)
+        return _reply(status, problem, cpu, data, req)
 
     # A first call proves every step works here (namespaces, mounts, uid, filter): otherwise refuse, saying why.
     try:
         probe = serve(json.dumps({"code": "def probe():\n    return 1", "function": "probe", "args": [], "timeout": 10,
-                                  "cpu_seconds": 5, "memory_mb": 1024}).encode())
+                                  "cpu_seconds": 5, "memory_mb": memory_mb}).encode())
     except Exception as e:
         probe = _result("killed", error=_describe(e))
     if probe != _result("ok", 1):
         out.write((json.dumps({"ready": False, "error": f"the sandbox cannot run a tool here: {probe['error']}"})
                    + "\n").encode())
         out.flush()
+        leave()
         return
     out.write((json.dumps({"ready": True, "hardening": hardening}) + "\n").encode())
     out.flush()
@@ -455,6 +684,7 @@ def _worker() -> None:
             os._exit(1)
         out.write((json.dumps(res) + "\n").encode())
         out.flush()
+    leave()
 
 
 def _read_exactly(fd: int, n: int, deadline: float) -> bytes:
@@ -470,13 +700,17 @@ def _read_exactly(fd: int, n: int, deadline: float) -> bytes:
     return data
 
 
-def _reply(status: int, problem: int, data: bytes, req: dict) -> dict:
+def _reply(status: int, problem: int, cpu: float, data: bytes, req: dict) -> dict:
+    """The call's result from its process's report; decoding the reply is the tool's CPU time too (`cpu`: what
+    the tool used), so a reply built to be slow to decode ends the call as a CPU timeout."""
     if problem == _SETUP_FAILED:
         return _result("killed", error=_cap(f"sandbox setup failed: {data.decode(errors='replace')}"))
     if problem == 1:
         return _result("timeout", error=f"wall time limit ({req['timeout']} s) exceeded")
     if problem == 2:
         return _result("too_large", error="result too large")
+    if problem == _MEMORY_LIMIT:
+        return _result("killed", error=f"memory limit ({req['memory_mb']} MB) exceeded")
     if problem == _CPU_LIMIT or not data and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
         return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
     if not data and os.WIFEXITED(status) and os.WEXITSTATUS(status) == _SETUP_EXIT:
@@ -486,10 +720,14 @@ def _reply(status: int, problem: int, data: bytes, req: dict) -> dict:
         how = f"by {({s.value: s.name for s in signal.Signals}).get(sig, f'signal {sig}')}" \
             if os.WIFSIGNALED(status) else f"with status {os.WEXITSTATUS(status)}"
         return _result("killed", error=f"the tool's process ended {how} before returning a result")
+    start = time.thread_time()
     try:
-        return _checked(_parse_json(data, _ENVELOPE_MAX))
+        out = _checked(_parse_json(data, _ENVELOPE_MAX))
     except ValueError as e:  # the tool wrote to the reply pipe itself: bytes, depth, NaN, surrogates
-        return _result("bad_result", error=_cap(f"unreadable reply from the tool's process: {e}"))
+        out = _result("bad_result", error=_cap(f"unreadable reply from the tool's process: {e}"))
+    if cpu + time.thread_time() - start > req["cpu_seconds"]:
+        return _result("timeout", error=f"CPU time limit ({req['cpu_seconds']} s) exceeded")
+    return out
 
 
 # ---- the caller's side ------------------------------------------------------------------------------------------
@@ -517,7 +755,13 @@ class Sandbox:
         # A minimal environment: the worker holds no secret of the caller. Under ifcore.reaper, in a session of
         # its own: a worker that is replaced or stopped leaves nothing behind.
         # The worker imports the caller's own ifcore (the first on its path), in isolated mode all the same.
-        proc = reaper.popen([sys.executable, "-I", "-c", _WORKER_MAIN, _ROOT], grace=1, stdin=subprocess.PIPE,
+        # Folders of the caller's a tool must not read: its home and XDG folders (the worker's environment has none).
+        hidden = [os.path.expanduser("~")] + [os.environ[v] for v in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME",
+                                               "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME") if v in os.environ]
+        with contextlib.suppress(KeyError):
+            hidden.append(pwd.getpwuid(os.geteuid()).pw_dir)
+        config = json.dumps({"memory_mb": self.memory_mb, "hidden": hidden})
+        proc = reaper.popen([sys.executable, "-I", "-c", _WORKER_MAIN, _ROOT, config], grace=1, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/", env=_WORKER_ENV)
         line = _readline(proc, time.monotonic() + 60)
         ready = json.loads(line) if line else {"error": "it did not start (python -I, ifcore.judge.sandbox._worker)"}
