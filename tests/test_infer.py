@@ -125,6 +125,10 @@ def test_a_hub_id_resolves_from_the_local_hub_cache_only(tiny, tmp_path):
     found, missing = out.strip().splitlines()
     assert Path(found) == (repo / "snapshots" / ("0" * 40)).resolve()
     assert "ifcore-test/absent: not a registry name" in missing
+    # the exact command that fetches it into the cache looked in: this environment's hf CLI
+    assert f"({tmp_path / 'hub'}; nothing is downloaded at run time)" in missing
+    assert f"`{Path(sys.executable).parent / 'hf'} download ifcore-test/absent`" in missing
+    assert (Path(sys.executable).parent / "hf").is_file()
 
 
 def test_tiny_is_the_registered_builder_or_else_the_newest_cached_policy(tiny, own_cache, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
 import shutil
 import subprocess
@@ -332,7 +333,8 @@ def test_eval_with_a_local_model_counts_the_responses_cut_at_max_new_tokens(llam
 
 def test_the_gpu_check_script_runs_on_the_cpu_with_tiny_settings(llama, tmp_path):
     out = tmp_path / "check.json"
-    cmd = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "cpu", "--model", str(llama),
+    cmd = [sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--generation-grpo", "--device", "cpu",
+           "--model", str(llama),
            "--output", str(out), "--batch-sizes", "1,3", "--gen-tokens", "4", "--steps", "2", "--prompts-per-step",
            "2", "--group-size", "2", "--max-new-tokens", "8", "--eval-prompts", "2", "--lr", "1e-3"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -347,6 +349,33 @@ def test_the_gpu_check_script_runs_on_the_cpu_with_tiny_settings(llama, tmp_path
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--output", str(out)],
                           capture_output=True, text=True, timeout=300, env={"CUDA_VISIBLE_DEVICES": "", "PATH": ""})
     assert done.returncode == 2 and "no CUDA device" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_gpu_calibration_runs_dry_on_the_cpu(tmp_path):
+    """scripts/gpu_check.py's calibration (the wheel's Actor against the launch planner, the plug-ins' hook and
+    CUDA, the baseline, the embedded GRPO) at tiny shapes on the CPU: one table, the same rows as JSON."""
+    out = tmp_path / "calibration.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--dry", "--output", str(out)],
+                          capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {r["check"]: r for r in report["rows"]}
+    table = done.stdout[done.stdout.index("check "):].splitlines()
+    assert len(table) == len(rows) + 2 and table[-1] == f"written: {out}"  # header, one line per row, the path
+    assert report["dry"] and rows["install() CUDA initialized"]["measured"] is False  # the hook leaves CUDA alone
+    assert report["install"]["gpu_modules"] == [] and len(report["install"]["patched"]) > 0
+    assert rows["baseline: random-weight GRPO step"]["measured"] > 0
+    assert report["embedded_grpo"]["steps"] == 3 and report["embedded_grpo"]["device"] == "cpu"
+    for name in ("Qwen2.5-0.5B-Instruct", "Qwen3-4B"):
+        actor = report["actor"][f"Qwen/{name}"]
+        seen, terms = actor["measured"], actor["plan"]["terms"]
+        assert all(rows[f"actor {name} entropy={m}"]["planned"] > 0 for m in ("off", "compiled", "eager"))
+        # eager: the entropy's fp32 softmax is kept for the backward, exactly the planner's entropy term
+        assert seen["eager"]["mib"] - seen["off"]["mib"] == pytest.approx(terms["entropy"] * 1024, abs=0.15)
+        assert seen["off"]["mib"] <= seen["compiled"]["mib"] <= seen["eager"]["mib"]  # compiled keeps less
+        assert actor["plan"]["tokens_per_gpu"] == 512
 
 
 def test_the_gpu_check_with_random_weights_needs_no_ifcore_and_runs_on_the_cpu(tmp_path):

@@ -523,6 +523,7 @@ def test_evaluate_checkpoint_through_an_endpoint(tmp_path, monkeypatch):
 def _runbook(name: str, **kw) -> tuple[list[str], dict]:
     r = openrlhf.RUNBOOK[name]
     cfg = asdict(load_config(None, **r["config"]))
+    kw = {"gpus_per_node": r.get("gpus_per_node", 8), **kw}
     argv = openrlhf.command(cfg, "/cluster/runs/x", model=r["model"], prompt_data="/cluster/train.jsonl",
                             n_prompts=4000, max_prompt_len=r["max_prompt_len"],
                             chat_template=cfg["reward"] != "raif", **kw)
@@ -625,16 +626,72 @@ def test_the_job_evaluates_its_last_step_and_keeps_k_hf_checkpoints():
     assert argv[argv.index("--ckpt.max_num") + 1] == "2"
 
 
-def test_the_readme_runbook_is_the_planners_output():
-    # README's GPU runbook shows `ifcore openrlhf-plan --runbook NAME` for each configuration, and each runbook
-    # line's comment the planner's peak: regenerate them (the CLI's output) when the planner changes
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_runbook_is_the_planners_output():
+    # The GPU runbook (docs/integrations.md) shows `ifcore openrlhf-plan --runbook NAME` for each configuration, and
+    # each runbook line's comment the planner's peak: regenerate them (the CLI's output) when the planner changes
+    doc = (REPO / "docs" / "integrations.md").read_text(encoding="utf-8")
     for name, r in openrlhf.RUNBOOK.items():
-        text = openrlhf.describe(r["config"], model=r["model"], max_prompt_len=r["max_prompt_len"])
-        assert f"```\n{text}\n```" in readme, name
+        text = openrlhf.describe(r["config"], model=r["model"], max_prompt_len=r["max_prompt_len"],
+                                 gpus_per_node=r.get("gpus_per_node", 8))
+        assert f"```\n{text}\n```" in doc, name
         peak = re.search(r"peak\s+([\d.]+) GiB", text).group(1)
-        label = {"smoke": "Smoke run", "02": "Notebook 02", "03": "Notebook 03", "04": "Notebook 04"}[name]
-        assert f"# {label} (8 x 80 GB; planner peak {peak} GiB per GPU" in readme, name
+        label = {"smoke-1gpu": "Smoke run on one GPU first (1", "smoke": "The same on 8 GPUs (8",
+                 "02": "Notebook 02 (8", "03": "Notebook 03 (8", "04": "Notebook 04 (8"}[name]
+        assert f"# {label} x 80 GB; planner peak {peak} GiB per GPU" in doc, name
+
+
+def test_one_gpu_smoke_run_is_valid_by_the_wheels_parser_and_checks():
+    """The runbook's first run on a one-GPU node: one bundle (actor, reference and one vLLM engine colocated), as
+    the notebooks build it with gpus_per_node 1 (run_arms' openrlhf_options reach job_spec)."""
+    argv, plan = _runbook("smoke-1gpu")
+    _, args = openrlhf.parse(argv[3:])  # the wheel's parser and its own checks, up to train(args)
+    assert args.actor.num_gpus_per_node == args.ref.num_gpus_per_node == args.vllm.num_engines == 1
+    assert args.actor.num_nodes == 1 and args.vllm.tensor_parallel_size == 1 and args.train.colocate_all
+    assert plan["fits"] and plan["peak_gib"] < 48, openrlhf.format_plan(plan)
+    r = openrlhf.RUNBOOK["smoke-1gpu"]
+    spec = openrlhf.job_spec(asdict(load_config(None, **r["config"])), "/cluster/runs/x", model=r["model"],
+                             prompt_data="/cluster/train.jsonl", n_prompts=4000, max_prompt_len=1024, gpus_per_node=1)
+    assert spec["entrypoint"] == shlex.join(argv)
+    # a job asking for more GPUs than one node of one has: refused at the split, before submission
+    with pytest.raises(ValueError, match="do not split evenly over 3 GPUs"):
+        _runbook("smoke", gpus_per_node=3)
+
+
+def test_job_options_are_commands_keywords_that_job_files_does_not_give():
+    import inspect
+
+    keywords = {k for k, p in inspect.signature(openrlhf.command).parameters.items() if p.kind == p.KEYWORD_ONLY}
+    from_files = {"model", "prompt_data", "eval_data", "n_prompts", "max_prompt_len", "chat_template", "model_config"}
+    assert openrlhf.JOB_OPTIONS == keywords - from_files
+
+
+def test_the_upload_leaves_out_every_local_environment(tmp_path, monkeypatch):
+    """job_spec's working_dir as ray_jobs packages it: a checkout holding every environment, cache and output
+    .gitignore lists (and make vllm's .venv-vllm, a .venv-gpu) uploads its sources only."""
+    from ifcore.run import ray_jobs
+
+    ignored = [line.strip("/").replace("*", "x") for line in (REPO / ".gitignore").read_text().split()]
+    for name in ignored + [".venv-gpu", ".git", "runs", "gpu_check.json"]:
+        (tmp_path / name / "sub").mkdir(parents=True, exist_ok=True)
+        (tmp_path / name / "sub" / "f.py").write_text("x")
+    (tmp_path / "ifcore" / "run").mkdir(parents=True)
+    (tmp_path / "ifcore" / "run" / "job.py").write_text("x")
+    spec = openrlhf.job_spec(asdict(load_config(None)), "/r", working_dir=str(tmp_path), model="/m",
+                             prompt_data="/p", n_prompts=4000, chat_template=False, model_config=QWEN)
+    uploaded = []
+
+    def dashboard(address, method, path, body=None, timeout=0):  # no such package yet: it is PUT
+        if method == "GET":
+            raise LookupError(path)
+        uploaded.append(body)
+
+    monkeypatch.setattr(ray_jobs, "_call", dashboard)
+    ray_jobs._package("http://127.0.0.1:1", spec["runtime_env"]["working_dir"], spec["runtime_env"]["excludes"])
+    import io
+    import zipfile
+
+    assert zipfile.ZipFile(io.BytesIO(uploaded[0])).namelist() == ["ifcore/run/job.py"]
+    assert {".venv", ".venv-vllm", ".venv-official", ".cache"} <= set(ignored)
 
 
 def test_the_plan_command_line(capsys):

@@ -8,7 +8,9 @@ those of the same run trained locally, its TensorBoard events hold the same curv
 its log tail; an interrupted sweep stops its job (STOPPED, no trainer process left). Backend "openrlhf" goes the
 same way with the job ifcore.run.openrlhf builds for the run (its files, working_dir, env_vars, and its OpenRLHF
 command checked by the pinned parser), whose command is replaced by one printing OpenRLHF's "Global step N: {...}"
-lines (OpenRLHF itself needs GPUs): metrics.jsonl is then written from them by ifcore.run.curves.
+lines (OpenRLHF itself needs GPUs): metrics.jsonl is then written from them by ifcore.run.curves. A job asking
+for GPUs the cluster lacks (gpus_per_node through run_arms' openrlhf_options) is stopped after placement_timeout and
+the sweep fails naming the resources asked for and those the cluster has.
 """
 from __future__ import annotations
 
@@ -135,6 +137,13 @@ def test_ray_jobs_on_a_loopback_cluster(tmp_path):
     assert got["pending"] == {"openrlhf.trainer.ppo_utils.experience_maker":
                               ["RemoteExperienceMaker.compute_advantages_and_returns"],
                               "openrlhf.utils.deepspeed.deepspeed": ["DeepspeedStrategy.save_model"]}
+    # a job whose placement group the cluster cannot hold: stopped after placement_timeout, the sweep failed by name
+    pg = seen["placement"]
+    assert pg["argv"][pg["argv"].index("--actor.num_gpus_per_node") + 1] == "2"  # openrlhf_options reached job_spec
+    assert pg["error"].startswith("training failed in 1 of 1 runs"), pg["error"]
+    assert f"(ray job {pg['job']} stopped): its placement group was not ready after 5 s (INFEASIBLE): it asks for " \
+           "2 bundles, CPU 2, GPU 2 in all; the cluster has CPU 1. Ask for what the cluster has" in pg["error"]
+    assert pg["status"] == "STOPPED"
     print("seconds per phase (provisional, a busy machine):", seen["seconds"])
 
 
@@ -315,6 +324,33 @@ def scenario(work: Path, report: Path) -> None:
     lap("openrlhf")
     seen["hook"] = hook_probe(address, work)  # 5. the plug-ins' hook under a driver that calls ray.init as OpenRLHF's
     lap("plug-ins hook")
+
+    # 6. a job asking for GPUs this cluster lacks: its driver blocks on the placement group as train_ppo_ray's does
+    # (one {"GPU": 1, "CPU": 1} bundle per GPU, then ray.get(pg.ready())); the sweep stops it after
+    # placement_timeout and fails, naming what it asked for and what the cluster has
+    placement = {}
+
+    def gpu_command(cfg, run_dir, **kwargs):
+        placement["argv"] = build(cfg, run_dir, **kwargs)  # gpus_per_node came through openrlhf_options
+        gpus = int(placement["argv"][placement["argv"].index("--actor.num_gpus_per_node") + 1])
+        return ["python", "-c", "import ray\nfrom ray.util.placement_group import placement_group\nray.init()\n"
+                f"pg = placement_group([{{'GPU': 1, 'CPU': 1}}] * {gpus}, strategy='PACK')\n"
+                "print('waiting for the placement group', flush=True)\nray.get(pg.ready())\n"]
+
+    openrlhf.command = gpu_command
+    try:
+        run_arms(["cla"], [0], 2, work / "gpu_runs", config=TINY_RUN, workers=1, backend="openrlhf", progress=False,
+                 openrlhf_options={"gpus_per_node": 2}, placement_timeout=5)
+        placement["error"] = ""
+    except RuntimeError as e:
+        placement["error"] = str(e)
+    job = next((work / "gpu_runs").glob("*/train.log")).read_text().split()[3]
+    deadline = time.monotonic() + 60
+    while ray_jobs.status(address, job)["status"] not in ray_jobs.TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.5)
+    placement.update(job=job, status=ray_jobs.status(address, job)["status"])
+    seen["placement"] = placement
+    lap("placement timeout")
     report.write_text(json.dumps(seen))
 
 

@@ -106,7 +106,11 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path):
     for kwargs, match in [({"workers": 0}, "workers"), ({"arms": ["ila", "binary"]}, "reward"),
                           ({"steps": 0}, "steps"), ({"seeds": [-1]}, "seed"),
                           ({"config": {"steps": 3}}, "steps"), ({"config": {"group_size": 1}}, "group_size"),
-                          ({"config": {"lr": "fast"}}, "lr"), ({"backend": "slurm"}, "backend")]:
+                          ({"config": {"lr": "fast"}}, "lr"), ({"backend": "slurm"}, "backend"),
+                          # OpenRLHF's job options: only for that backend, only command's own keywords
+                          ({"openrlhf_options": {"gpus_per_node": 1}}, "openrlhf_options: backend 'openrlhf' takes"),
+                          ({"openrlhf_options": {"model": "x"}, "backend": "openrlhf"}, "gpu_gib.*gpus_per_node"),
+                          ({"placement_timeout": 0}, "placement_timeout: seconds > 0")]:
         args = {"arms": ["ila"], "seeds": [0], "steps": 2, "runs_dir": runs_dir, "progress": False, **kwargs}
         with pytest.raises(ValueError, match=match):
             run_arms(**args)

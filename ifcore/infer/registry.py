@@ -18,6 +18,7 @@ import base64
 import functools
 import hashlib
 import os
+import re
 import shutil
 import sys
 import zipfile
@@ -94,15 +95,19 @@ def _cached_tiny() -> Path:
 
 
 def _hub_snapshot(name: str) -> Path:
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
     try:
         return Path(snapshot_download(name, local_files_only=True))
     except Exception:  # not a valid repo id, or not in the local cache: one message for both
+        # A hub id's exact fetch command: this environment's `hf` (huggingface_hub's CLI) writes to this cache when
+        # run with the same HF_HOME / HF_HUB_CACHE.
+        fetch = (f"; a hub id is fetched once with `{Path(sys.executable).parent / 'hf'} download {name}` (with "
+                 "this HF_HOME / HF_HUB_CACHE), then found here") if re.fullmatch(r"[\w.-]+/[\w.-]+", name) else ""
         raise FileNotFoundError(
             f"{name}: not a registry name ({', '.join(sorted({'tiny', 'smollm2-135m', *_registered}))}), "
-            "a local model directory, or a hub id in the local Hugging Face cache (nothing is downloaded at run "
-            "time)") from None
+            f"a local model directory, or a hub id in the local Hugging Face cache ({constants.HF_HUB_CACHE}; "
+            f"nothing is downloaded at run time){fetch}") from None
 
 
 def smollm2_wheel() -> Path:

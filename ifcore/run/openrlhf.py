@@ -286,6 +286,12 @@ def command(cfg: dict, run_dir: str, *, model: str | None = None, prompt_data: s
     return argv
 
 
+# command's keywords a notebook sets for all its runs (run_arms' openrlhf_options); job_files gives the others.
+JOB_OPTIONS = frozenset({"gpus_per_node", "nodes", "gpu_gib", "vllm_engines", "vllm_tp", "vllm_gpu_util", "zero_stage",
+                         "gradient_checkpointing", "packing", "max_tokens_per_gpu", "keep_checkpoints", "python",
+                         "rtt_relevance", "discriminator_config", "run_name", "extra"})
+
+
 def _memory_advice(plan: dict, argv: list[str]) -> str:
     """The refusal of a plan that does not fit: its peak, its largest terms and the knob that lowers each."""
     knobs = {"logits": "max_tokens_per_gpu (tokens per GPU and micro-batch; with it 0, micro_batch) or "
@@ -293,10 +299,15 @@ def _memory_advice(plan: dict, argv: list[str]) -> str:
              "activations": ("gradient_checkpointing=True" if "--actor.gradient_checkpointing_enable" not in argv
                              else "max_tokens_per_gpu (or micro_batch)"),
              "model_states": "zero_stage=3 (or lora_r)", "reference": "zero_stage=3",
+             "entropy": "max_tokens_per_gpu (or micro_batch)",
              "behaviour_cloning": "bc_batch", "discriminator": "a smaller rtt_discriminator",
-             "vllm": "vllm_gpu_util (--vllm.gpu_memory_utilization)", "reserve": "gpu_gib"}
+             "vllm": "vllm_gpu_util (--vllm.gpu_memory_utilization)", "policy_asleep": "zero_stage=3",
+             "reserve": "gpu_gib"}
     training = plan["training_gib"] >= plan["generation_gib"]
-    terms = {k: v for k, v in plan["terms"].items() if training != (k == "vllm") or k == "discriminator"}
+    shared = {"reserve", "discriminator", "reference"}
+    phase_terms = shared | ({"model_states", "activations", "logits", "entropy", "behaviour_cloning"} if training else
+                            {"vllm", "policy_asleep" if plan["terms"]["policy_asleep"] else "model_states"})
+    terms = {k: v for k, v in plan["terms"].items() if k in phase_terms}
     top = sorted(terms.items(), key=lambda kv: -kv[1])[:2]
     phase = "training" if training else "generation"
     return (f"memory: the plan needs {plan['peak_gib']:.1f} GiB per GPU in its {phase} "
@@ -456,15 +467,14 @@ def job_spec(cfg: dict, run_dir: str, *, working_dir: str | None = None, think_g
     if command_kwargs.get("eval_data") and cfg["steps"] % cfg["eval_every"]:  # OpenRLHF: multiples of eval_every
         env["IFCORE_EVAL_LAST"] = str(cfg["steps"])
     env["IFCORE_CKPT_KEEP"] = str(command_kwargs.get("keep_checkpoints", 3))  # --ckpt.max_num spares the HF ones
-    runtime_env = {"working_dir": str(working_dir or REPO), "env_vars": env,
-                   "excludes": [".git", ".venv", ".cache", "runs", "papermill_runs", "figures", "__pycache__"]}
+    runtime_env = {"working_dir": str(working_dir or REPO), "env_vars": env, "excludes": list(UPLOAD_EXCLUDES)}
     if env.keys() - {"IFCORE_REWARD", "IFCORE_THINK", "IFCORE_ALPHA"}:
         runtime_env["worker_process_setup_hook"] = PLUGINS_HOOK
     return {"entrypoint": shlex.join(argv), "runtime_env": runtime_env}
 
 # ---- the launch planner: what a GPU holds at the command's settings --------------------------------------------------
 
-# config.json fields of the models the README's runbook names, for a command built where the hub is not reachable.
+# config.json fields of the models the GPU runbook names (docs/integrations.md), for a command built where the hub is not reachable.
 # SOURCE: each model's config.json on the Hugging Face hub (Qwen/Qwen3-4B, Qwen/Qwen2.5-0.5B-Instruct).
 KNOWN_CONFIGS = {
     "Qwen/Qwen3-4B": {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
@@ -478,12 +488,15 @@ KNOWN_CONFIGS = {
                           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1024,
                           "tie_word_embeddings": True, "max_position_embeddings": 512},
 }
-# The README's GPU runbook (one node of 8 x 80 GB): each notebook's heaviest arm at the runbook's settings, and the
-# smoke run a user starts with. max_prompt_len: an assumption (job_files measures the real one); `ifcore
+# The GPU runbook (docs/integrations.md; one node of 8 x 80 GB): each notebook's heaviest arm at the runbook's
+# settings, and the smoke run a user starts with, also on one GPU (gpus_per_node 1: actor, reference and one vLLM
+# engine colocated in one bundle). max_prompt_len: an assumption (job_files measures the real one); `ifcore
 # openrlhf-plan --runbook NAME` prints each one's command and memory plan.
+SMOKE = {"reward": "scopeif", "steps": 2, "save_every": 2, "eval_every": 2, "max_new_tokens": 512, "lr": 2.0e-6}
 RUNBOOK = {
-    "smoke": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_prompt_len": 1024,
-              "config": {"reward": "scopeif", "steps": 2, "save_every": 2, "eval_every": 2, "max_new_tokens": 512}},
+    "smoke": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_prompt_len": 1024, "config": SMOKE},
+    "smoke-1gpu": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "max_prompt_len": 1024, "config": SMOKE,
+                   "gpus_per_node": 1},
     "02": {"model": "Qwen/Qwen3-4B", "max_prompt_len": 1024,
            "config": {"reward": "raif", "prompts_per_step": 16, "group_size": 4, "max_new_tokens": 112,
                       "eval_prompts": 128, "eval_samples": 2, "eval_every": 8, "save_every": 8, "steps": 500,
@@ -496,6 +509,11 @@ RUNBOOK = {
            "config": {"reward": "cla", "token_advantages": "rtt", "rtt_discriminator": "RUN/discriminator",
                       "eval_every": 5, "eval_prompts": 128, "steps": 500}},
 }
+# Left out of the job's upload (ray_jobs matches each against every part of a path): the git directory, every local
+# environment (.venv, make vllm's .venv-vllm, .venv-official, a .venv-gpu...) and cache, runs and renderings, and
+# whatever else .gitignore lists (tests/test_run_openrlhf.py builds the package of a checkout holding them all).
+UPLOAD_EXCLUDES = [".git", ".venv*", "venv", ".cache", "runs", "papermill_runs", "figures", "report", "build",
+                   "__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info", ".ipynb_checkpoints", "gpu_check.json"]
 GIB = 2 ** 30
 RESERVE_GIB = 2.0  # CUDA context, NCCL buffers, allocator slack: an allowance, not a measurement
 TOKEN_BUDGET = 16384  # tokens per GPU and micro-batch, as upstream's examples (micro 8-16 at ~2k tokens)
@@ -539,7 +557,9 @@ def memory_plan(argv: list[str], config: dict, *, gpu_gib: float = 80.0, bc_batc
       (Rajbhandari et al. 2020, ZeRO, sec. 3.1 and 5.1, Fig. 1). With LoRA (--ds.lora.rank) only the frozen bf16
       weights count (2N, or 2N/d under stage 3): the adapters' states are negligible.
     - reference: the KL reference model in bf16, 2N (2N/d under stage 3: OpenRLHF's get_ds_eval_config shards it
-      only then); absent when --algo.kl.init_coef is 0.
+      only then), on the GPU in both phases: --ds.enable_sleep never touches it, and --ref.offload moves it to the
+      CPU only under stage 3 (it sets DeepSpeed's offload_param, a ZeRO-3 feature; then 0 here); absent when
+      --algo.kl.init_coef is 0.
     - activations: 34 x h bytes per token and layer without recomputation (Korthikanti et al. 2022, "Reducing
       Activation Recomputation in Large Transformer Models", sec. 4.1, eq. 1, 16-bit, with flash attention removing
       the 5as/h score term); with --actor.gradient_checkpointing_enable each layer keeps its bf16 input (2 x h) and
@@ -548,14 +568,23 @@ def memory_plan(argv: list[str], config: dict, *, gpu_gib: float = 80.0, bc_batc
     - logits: the full-vocabulary logits of a micro-batch, 10 bytes per token and vocabulary entry: the model's
       bf16 output (2), OpenRLHF's fp32 copy (4: models/actor.py, "logits.to(torch.float32)") and one fp32
       temporary of the same size (log-softmax in the forward, the logits' gradient in the backward).
+    - entropy: 4 bytes per token and vocabulary entry whenever --actor.entropy_coef is set, 0 included (the
+      command's "logged, not in the loss"): the wheel's training step then asks the actor for the entropy
+      (ppo_actor.py, `return_entropy=self.args.actor.entropy_coef is not None`), computed with gradient from the fp32
+      logits (models/utils.py compute_entropy), and autograd keeps its fp32 softmax until the step's graph is freed,
+      after the backward. An upper bound: that function is decorated with torch.compile, whose partition keeps only
+      per-token reductions (measured with inductor on a CPU); eager execution keeps the softmax.
     - behaviour_cloning: RAIF eq. 8's forward runs inside the PPO backward (both graphs alive): ceil(bc_batch / d)
-      expert sequences of at most --data.max_len tokens, activations and logits as above.
+      expert sequences of at most --data.max_len tokens, activations, logits and entropy as above.
     - discriminator: RTT's discriminator in bf16 (2 bytes per parameter of `discriminator`, its config.json) on the
       GPU of every reference (or policy) actor that hosts it; its no-grad forward is not counted.
     - vllm: --vllm.gpu_memory_utilization x the GPU while vLLM is awake (weights, KV cache, CUDA graphs).
+    - policy_asleep: what the policy keeps on the GPU while --ds.enable_sleep has DeepSpeed asleep (generation):
+      its bf16 weights, 2N (2N/d under stage 3). The wheel's offload_deepspeed_states moves the optimizer states,
+      the fp32 master weights and the gradients to the CPU, never lp_params (deepspeed_utils.py).
     - reserve: RESERVE_GIB for the CUDA context, NCCL buffers and allocator slack (an allowance).
-    Phases: generation = vllm + reserve + discriminator (+ model_states and reference unless --ds.enable_sleep
-    offloads them); training = model_states + reference + discriminator + activations + logits +
+    Phases: generation = vllm + reserve + discriminator + reference + (policy_asleep with --ds.enable_sleep, else
+    model_states); training = model_states + reference + discriminator + activations + logits + entropy +
     behaviour_cloning + reserve (+ vllm unless --vllm.enable_sleep frees it). peak = the larger."""
     _, args = parse(argv[argv.index("openrlhf.cli.train_ppo_ray") + 1:] if "openrlhf.cli.train_ppo_ray" in argv
                     else argv)
@@ -567,21 +596,29 @@ def memory_plan(argv: list[str], config: dict, *, gpu_gib: float = 80.0, bc_batc
         states = 2 * n / (d if stage == 3 else 1)
     else:
         states = {0: 16 * n, 1: 4 * n + 12 * n / d, 2: 2 * n + 14 * n / d}.get(stage, 16 * n / d)
-    reference = 2 * n / (d if stage == 3 else 1) if args.algo.kl.init_coef > 0 else 0
+    # ZeRO-3 shards the reference (and --ref.offload can then move it to the CPU); otherwise it is whole on each GPU
+    reference = 0 if args.algo.kl.init_coef <= 0 or (stage == 3 and args.ref.offload) else \
+        2 * n / (d if stage == 3 else 1)
     if args.train.dynamic_batch_enable:
         tokens = max(args.train.max_tokens_per_gpu, args.rollout.max_tokens_per_gpu or 0)
     else:
         tokens = max(args.train.micro_batch_size, args.rollout.micro_batch_size) * args.data.max_len
     per_token = h * (2 * layers + 34) if args.actor.gradient_checkpointing_enable else 34 * h * layers
+    # bytes per token and vocabulary entry: logits (bf16 output, fp32 copy, one fp32 temporary), entropy's softmax
+    vocab_bytes = vocab * (10 + (4 if args.actor.entropy_coef is not None else 0))
     bc_tokens = -(-bc_batch // d) * args.data.max_len if bc_batch else 0
     terms = {"model_states": states, "reference": reference,
              "activations": tokens * per_token, "logits": tokens * vocab * 10,
-             "behaviour_cloning": bc_tokens * (per_token + vocab * 10),
+             "entropy": tokens * vocab * 4 if args.actor.entropy_coef is not None else 0,
+             "behaviour_cloning": bc_tokens * (per_token + vocab_bytes),
              "discriminator": 2 * n_params(discriminator) if discriminator else 0,
-             "vllm": args.vllm.gpu_memory_utilization * gpu_gib * GIB, "reserve": RESERVE_GIB * GIB}
-    generation = terms["vllm"] + terms["reserve"] + terms["discriminator"] + \
-        (0 if args.ds.enable_sleep else states + reference)
-    training = sum(v for k, v in terms.items() if k != "vllm") + (0 if args.vllm.enable_sleep else terms["vllm"])
+             "vllm": args.vllm.gpu_memory_utilization * gpu_gib * GIB,
+             "policy_asleep": 2 * n / (d if stage == 3 else 1) if args.ds.enable_sleep else 0,
+             "reserve": RESERVE_GIB * GIB}
+    generation = terms["vllm"] + terms["reserve"] + terms["discriminator"] + reference + \
+        (terms["policy_asleep"] if args.ds.enable_sleep else states)
+    training = sum(v for k, v in terms.items() if k not in ("vllm", "policy_asleep")) + \
+        (0 if args.vllm.enable_sleep else terms["vllm"])
     peak = max(generation, training)
     return {"terms": {k: v / GIB for k, v in terms.items()}, "generation_gib": generation / GIB,
             "training_gib": training / GIB, "peak_gib": peak / GIB, "gpu_gib": gpu_gib, "tokens_per_gpu": tokens,

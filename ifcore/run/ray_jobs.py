@@ -124,6 +124,28 @@ def stop(address: str | None, job_id: str) -> bool:
     return _call(address, "POST", f"/api/jobs/{urllib.parse.quote(job_id)}/stop")["stopped"]
 
 
+def placement_groups(address: str | None, job_id: str) -> list[dict]:
+    """The placement groups a job's driver created (Ray's state API, GET /api/v0/placement_groups), `job_id` being
+    its Ray job id (status()["job_id"], set once the driver has connected): each with "state" (PENDING, CREATED,
+    REMOVED, RESCHEDULING), "bundles" ([{"unit_resources": {"GPU": 1.0, ...}}, ...]) and "stats" (its
+    "scheduling_state": INFEASIBLE when the cluster's nodes cannot hold it, NO_RESOURCES while others hold them)."""
+    found = _call(address, "GET", "/api/v0/placement_groups?detail=1&limit=10000")["data"]["result"]["result"]
+    return [pg for pg in found if pg.get("creator_job_id") == job_id]
+
+
+def resources(address: str | None) -> dict[str, float]:
+    """The cluster's resources, its alive nodes' totals summed (GET /api/v0/nodes): {"CPU": 16.0, "GPU": 8.0, ...},
+    without memory, object store and the node:* labels."""
+    nodes = _call(address, "GET", "/api/v0/nodes?detail=1&limit=10000")["data"]["result"]["result"]
+    total: dict[str, float] = {}
+    for node in nodes:
+        if node.get("state") == "ALIVE":
+            for name, amount in (node.get("resources_total") or {}).items():
+                if not name.startswith("node:") and name not in ("memory", "object_store_memory"):
+                    total[name] = total.get(name, 0.0) + amount
+    return total
+
+
 def wait(address: str | None, job_id: str, timeout: float | None = None, poll: float = 1.0, on_logs=None) -> dict:
     """Poll until the job ends; returns its details when it SUCCEEDED. `on_logs(text)` gets each new piece of its
     logs as it arrives. TimeoutError after `timeout` seconds (the job keeps running: stop it if that is meant);

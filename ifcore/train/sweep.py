@@ -47,6 +47,7 @@ from ifcore.progress import bar as progress_bar
 BACKENDS = ("local", "ray", "openrlhf")
 GRACE_SECONDS = 10  # between SIGTERM and SIGKILL when a sweep stops its children
 POLL_SECONDS = 2.0  # between two looks at the Ray jobs in flight (backend "ray")
+PLACEMENT_TIMEOUT = 600.0  # seconds a Ray job's placement group may stay pending before the sweep stops the job
 PER_RUN = ("reward", "seed", "steps", "output_dir")  # set by run_arms' arguments, not by `config`
 ARM_NAME = re.compile(r"[A-Za-z0-9_.+]+")  # the first part of a run folder's name, before "-seed<N>-<key>"
 
@@ -72,7 +73,8 @@ def _steps_done(path: Path) -> int:
 
 def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | None = None,
              workers: int = 2, backend: str = "local", progress: bool = True, address: str | None = None,
-             resample_warm_start: bool = False):
+             resample_warm_start: bool = False, openrlhf_options: dict | None = None,
+             placement_timeout: float = PLACEMENT_TIMEOUT):
     """Train every (arm, seed) whose run is not finished; returns a DataFrame, one row per run in (arm, seed) order.
 
     An arm is a reward kind (the arm of that name trains with that reward), or a (name, overrides) pair: TrainConfig
@@ -96,11 +98,28 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
     that of RL sampling; arms still share each seed's (their differences stay paired). Off: every seed shares one
     (warm_start.seed as configured), and intervals cover RL sampling noise only. Given data or a given model are
     never resampled.
+
+    `openrlhf_options` (backend "openrlhf"): keyword arguments of ifcore.run.openrlhf.command for every run's job,
+    e.g. {"gpus_per_node": 1, "gpu_gib": 80}: the GPUs the job asks for (default 8 per node) and their memory, which
+    the launch planner sizes the run for. `placement_timeout` (backends "ray" and "openrlhf"): seconds a job's
+    placement group may stay pending (OpenRLHF's driver waits on it forever when the cluster lacks the GPUs); then
+    the job is stopped and reported as failed, naming what it asked for and what the cluster has. A job waiting
+    for GPUs another job of the sweep holds waits too (workers > 1 on a node that fits one job).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r}: this workspace trains with {BACKENDS}")
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ValueError(f"workers: must be an integer >= 1, got {workers!r}")
+    if openrlhf_options is not None:
+        from ifcore.run.openrlhf import JOB_OPTIONS
+
+        if backend != "openrlhf" or not isinstance(openrlhf_options, dict) or openrlhf_options.keys() - JOB_OPTIONS:
+            raise ValueError(f"openrlhf_options: backend 'openrlhf' takes a dict of {', '.join(sorted(JOB_OPTIONS))} "
+                             f"(ifcore.run.openrlhf.command's keywords); got {openrlhf_options!r} with backend "
+                             f"{backend!r}")
+    if isinstance(placement_timeout, bool) or not isinstance(placement_timeout, (int, float)) or \
+            not placement_timeout > 0:
+        raise ValueError(f"placement_timeout: seconds > 0, got {placement_timeout!r}")
     if backend in ("ray", "openrlhf"):  # no cluster there: said now, before the default assets are built
         from ifcore.run import ray_jobs
 
@@ -166,7 +185,8 @@ def run_arms(arms: list, seeds: list[int], steps: int, runs_dir, config: dict | 
     t0 = time.time()
     try:
         if backend in ("ray", "openrlhf"):  # takes every pending run: the local loop below then has nothing to do
-            _ray_jobs(backend, pending, runs, steps, workers, address, bar, failed, progress, t0)
+            _ray_jobs(backend, pending, runs, steps, workers, address, bar, failed, progress, t0,
+                      openrlhf_options or {}, placement_timeout)
         while pending or running:
             while pending and len(running) < workers:
                 run = pending.pop(0)
@@ -254,14 +274,14 @@ def _build_one(warm_start: dict) -> None:
 
 
 def _ray_jobs(backend: str, pending: list, runs: list, steps: int, workers: int, address: str, bar, failed: list,
-              progress: bool, t0: float) -> None:
+              progress: bool, t0: float, openrlhf_options: dict, placement_timeout: float) -> None:
     """run_arms' loop for backends "ray" and "openrlhf": takes every pending run, appends each failed run's report
-    to `failed`."""
+    to `failed` (a job whose placement group stays pending over placement_timeout seconds is stopped and failed)."""
     from ifcore.run import ray_jobs
 
     # The job trains what it would train here: same cache (the default policy and data built above), same settings.
     runtime_env = {"env_vars": {k: v for k, v in os.environ.items() if k.startswith("IFCORE_")}}
-    running: list[list] = []  # [job id, run, characters of its logs already in train.log]
+    running: list[list] = []  # [job id, run, characters of its logs in train.log, since when its group is pending]
 
     def copy_logs(entry: list) -> None:
         text = ray_jobs.logs(address, entry[0])
@@ -281,19 +301,39 @@ def _ray_jobs(backend: str, pending: list, runs: list, steps: int, workers: int,
                     from ifcore.run import openrlhf
 
                     files = openrlhf.job_files(asdict(run["cfg"]), run["path"])
-                    spec = openrlhf.job_spec(files.pop("cfg"), str(run["path"]), **files)
+                    spec = openrlhf.job_spec(files.pop("cfg"), str(run["path"]), **files, **openrlhf_options)
                     entrypoint = spec["entrypoint"]
                     job_env = {**spec["runtime_env"],
                                "env_vars": {**runtime_env["env_vars"], **spec["runtime_env"]["env_vars"]}}
                 job = ray_jobs.submit(address, entrypoint, job_env, metadata={"ifcore_run": run["path"]})
                 with open(run["path"] / "train.log", "a") as log:
                     log.write(f"$ ray job {job} at {address}: {entrypoint}\n")
-                running.append([job, run, 0])
+                running.append([job, run, 0, None])
             time.sleep(POLL_SECONDS)
             for entry in list(running):
-                job, run, _ = entry
+                job, run = entry[:2]
                 details = ray_jobs.status(address, job)  # before the logs: a finished job's logs are then complete
                 copy_logs(entry)
+                waiting = []
+                if details["status"] == "RUNNING" and details.get("job_id"):
+                    with contextlib.suppress(LookupError, RuntimeError):  # a Ray without the state API: no check
+                        waiting = [pg for pg in ray_jobs.placement_groups(address, details["job_id"])
+                                   if pg["state"] == "PENDING"]
+                entry[3] = (entry[3] or time.monotonic()) if waiting else None
+                if waiting and time.monotonic() - entry[3] > placement_timeout:
+                    ray_jobs.stop(address, job)
+                    running.remove(entry)
+                    bundles = [b["unit_resources"] for pg in waiting for b in pg["bundles"]]
+                    asked = {k: sum(b.get(k, 0) for b in bundles) for k in {k for b in bundles for k in b}}
+                    have = ray_jobs.resources(address)
+                    failed.append(
+                        f"{run['path']} (ray job {job} stopped): its placement group was not ready after "
+                        f"{placement_timeout:g} s ({waiting[0].get('stats', {}).get('scheduling_state', 'PENDING')}): "
+                        f"it asks for {len(bundles)} bundles, {_listed(asked)} in all; the cluster has "
+                        f"{_listed(have)}. Ask for what the cluster has (backend openrlhf: "
+                        "openrlhf_options={'gpus_per_node': N}) or start the cluster with those resources "
+                        "(placement_timeout: how long a job may wait)")
+                    continue
                 if details["status"] not in ray_jobs.TERMINAL:
                     continue
                 running.remove(entry)
@@ -313,11 +353,11 @@ def _ray_jobs(backend: str, pending: list, runs: list, steps: int, workers: int,
                              if x.strip()]
                     failed.append(f"{run['path']} (ray job {job} {details['status']}: {details.get('message')}); "
                                   "the end of its train.log:\n" + "\n".join("    " + x for x in lines[-20:]))
-            for _, run, _ in running:
+            for _, run, *_ in running:
                 run["done"] = _steps_done(run["path"])
             bar.update(sum(r["done"] for r in runs) - bar.n)
     finally:
-        for job, _, _ in running:
+        for job, *_ in running:
             with contextlib.suppress(Exception):  # already ended, or the cluster is gone: nothing left to stop
                 ray_jobs.stop(address, job)
         deadline = time.monotonic() + GRACE_SECONDS
@@ -328,9 +368,14 @@ def _ray_jobs(backend: str, pending: list, runs: list, steps: int, workers: int,
                     time.sleep(0.5)
                 copy_logs(entry)
         if running:
-            stopped = ", ".join(f"{job} ({run['path'].name})" for job, run, _ in running)
+            stopped = ", ".join(f"{job} ({run['path'].name})" for job, run, *_ in running)
             print(f"sweep stopped: {len(running)} unfinished ray jobs stopped ({stopped}); rerun to resume them",
                   flush=True)
+
+
+def _listed(resources: dict) -> str:
+    """{"GPU": 2.0, "CPU": 2.0} as "CPU 2, GPU 2"."""
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items())) or "nothing"
 
 
 def _write_run_files(run: dict) -> None:
