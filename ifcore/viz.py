@@ -85,6 +85,34 @@ def graded_curves(ax, lo, hi, actual_range, alphas=(1.0, 3.0, 5.0)):
     ax.legend(frameon=False)
 
 
+def record_curve(ax, records: list, alpha: float) -> None:
+    """The graded reward r against the measured value (ScopeIF eq. 5, 8, 9) at this alpha, for the range of a
+    verdict's worst record, each record of that range marked at its measurement (red: violated): where the
+    constraint's g comes from, redrawn as alpha moves. A verdict without measurements says so."""
+    import numpy as np
+
+    measured = [r for r in records if r.actual is not None]
+    if not measured:
+        _no_data(ax, "no measured segment: g = 1 (nothing selected) or 0 (a missing segment)")
+        return
+    worst = min(measured, key=lambda r: rewards.graded(r.lo, r.hi, r.actual, alpha))
+    marked = [r for r in measured if (r.lo, r.hi) == (worst.lo, worst.hi)]
+    ends = [v for v in (worst.lo, worst.hi, *(r.actual for r in marked)) if v is not None and math.isfinite(v)]
+    xs = np.linspace(min(0.0, *ends), max(ends) * 1.5 + 2, 400)
+    ax.plot(xs, rewards.graded(worst.lo, worst.hi, xs, alpha), color="#0072B2", label=f"alpha = {alpha:g}")
+    ax.axvspan(xs[0] if worst.lo is None else worst.lo, xs[-1] if worst.hi is None else worst.hi, color="0.9",
+               zorder=0, label="admissible")
+    for ok, colour, label in ((True, "#009E73", "record within range"), (False, "#D55E00", "violated record")):
+        pts = [r for r in marked if r.ok == ok]
+        if pts:
+            ax.scatter([r.actual for r in pts], [rewards.graded(r.lo, r.hi, r.actual, alpha) for r in pts],
+                       color=colour, zorder=3, label=f"{label} ({len(pts)})")
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlabel("measured value")
+    ax.set_ylabel("graded reward r")
+    ax.legend(frameon=False, fontsize="small")
+
+
 def coverage_bars(axes, cov: dict, groups=("scope", "primary_target", "range")):
     """Fraction of real ScopeIF-Test constraints expressed, per category (ifcore.coverage.coverage)."""
     for ax, g in zip(axes, groups):
@@ -363,7 +391,7 @@ def heldout_scope_counts(run) -> dict[str, int]:
 
 def distributions(ax, rollouts, arms=None, xlabel: str = "reward"):
     """The empirical CDF of every rollout's reward per arm (the arm, seed and reward columns of
-    ifcore.train.sweep.load_rollouts), so that no arm's distribution hides another's; the legend counts the seeds
+    ifcore.run.sweep.load_rollouts), so that no arm's distribution hides another's; the legend counts the seeds
     and rollouts behind each curve."""
     import seaborn as sns
 
