@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("openrlhf-plan", help="the OpenRLHF launch command of a run and its memory plan per GPU "
                                              "(ifcore.run.openrlhf); exit 2 when it cannot fit")
-    p.add_argument("--runbook", help="one of the README runbook's configurations (smoke, 02, 03, 04)")
+    p.add_argument("--runbook", help="one of the runbook's configurations in docs/cluster.md (smoke, 02, 03, 04)")
     p.add_argument("--config", help="TrainConfig fields as JSON (over the runbook's, if given)")
     p.add_argument("--model", help="hub id or folder (the runbook's: Qwen/Qwen3-4B, ...)")
     p.add_argument("--max-prompt-len", type=int, help="the longest prompt in tokens (runbook: 1024)")

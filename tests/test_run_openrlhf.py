@@ -616,10 +616,10 @@ def test_the_job_evaluates_its_last_step_and_keeps_k_hf_checkpoints():
     assert argv[argv.index("--ckpt.max_num") + 1] == "2"
 
 
-def test_the_readme_runbook_is_the_planners_output():
-    # README's GPU runbook shows `ifcore openrlhf-plan --runbook NAME` for each configuration, and each runbook
-    # line's comment the planner's peak: regenerate them (the CLI's output) when the planner changes
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_docs_runbook_is_the_planners_output():
+    # docs/cluster.md's GPU runbook shows `ifcore openrlhf-plan --runbook NAME` for each configuration, and each
+    # runbook line's comment the planner's peak: regenerate them (the CLI's output) when the planner changes
+    readme = (REPO / "docs" / "cluster.md").read_text(encoding="utf-8")
     for name, r in openrlhf.RUNBOOK.items():
         text = openrlhf.describe(r["config"], model=r["model"], max_prompt_len=r["max_prompt_len"])
         assert f"```\n{text}\n```" in readme, name

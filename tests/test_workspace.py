@@ -25,11 +25,12 @@ def test_environment_yml_lists_the_same_dependencies_as_pyproject():
     assert not any("gpu" in d for d in cpu_path)  # the CPU stack never pulls the GPU extra
 
 
-def test_ci_runs_make_test_and_the_readme_opens_with_the_two_commands():
+def test_ci_runs_make_test_and_the_readme_opens_with_make_install():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
-    first_block = readme.split("```", 2)[1]
-    assert "make reproduce" in first_block and "make test" in first_block
+    first_block = readme.split("```", 2)[1].strip().splitlines()
+    assert first_block[0].startswith("make install")  # first, before the slow ones
+    assert [line.split()[1] for line in first_block] == ["install", "lab", "test", "reproduce"]
 
 
 def test_the_core_imports_neither_torch_nor_the_trainer():

@@ -12,7 +12,7 @@ process, PID 1 of its namespace. That process locks itself down before the tool 
 - as root: a uid and gid of its own (UID_BASE + the call process's pid, no groups), shared with no other call
   and no host process, so it can signal, trace or resource-limit nothing but itself; without root the worker
   first enters a user namespace (the caller's uid mapped to 0) and the tool drops every capability: the same
-  namespaces, filter and read-only view, under the caller's uid (see README, "Sandbox");
+  namespaces, filter and read-only view, under the caller's uid (see docs/llm-judge.md, "Sandbox");
 - only its result pipe open, stdin/stdout/stderr on /dev/null, an environment of PATH only;
 - rlimits: CPU seconds, address space, file size 0 (no file gets a byte), processes 0, 16 descriptors, no core;
 - on x86_64 an allowlist seccomp filter (_ALLOWED_SYSCALLS, measured with strace on the tests' tools):
@@ -140,7 +140,7 @@ def split_sentences(text: str) -> list[str]:
 # and a dozen honest judge-style tools (stdlib and the helpers) finds, after the filter is in, only brk chdir
 # clock_gettime clock_nanosleep close exit_group getcwd getdents64 getgid getgroups getpid getppid gettid getuid
 # ioctl lseek mkdir mmap mprotect munmap newfstatat openat prlimit64 read rt_sigaction rt_sigprocmask write allowed
-# (scripts/sandbox_syscalls.py; README, "Sandbox"). The list adds their siblings of the same kind (the other
+# (scripts/sandbox_syscalls.py; docs/llm-judge.md, "Sandbox"). The list adds their siblings of the same kind (the other
 # stat, read/write, directory, time and id calls, files inside the call's own tmpfs, realloc's mremap and
 # malloc's madvise, getrandom for an unseeded random.Random). Everything else fails with EPERM: processes,
 # threads, programs, sockets, io_uring, keyrings, SysV and POSIX IPC, signals, ptrace and process_vm_*, bpf,

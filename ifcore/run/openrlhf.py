@@ -460,7 +460,7 @@ def job_spec(cfg: dict, run_dir: str, *, working_dir: str | None = None, think_g
 
 # ---- the launch planner: what a GPU holds at the command's settings --------------------------------------------------
 
-# config.json fields of the models the README's runbook names, for a command built where the hub is not reachable.
+# config.json fields of the models the runbook in docs/cluster.md names, for a command built where the hub is not reachable.
 # SOURCE: each model's config.json on the Hugging Face hub (Qwen/Qwen3-4B, Qwen/Qwen2.5-0.5B-Instruct).
 KNOWN_CONFIGS = {
     "Qwen/Qwen3-4B": {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36,
@@ -474,7 +474,7 @@ KNOWN_CONFIGS = {
                           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 1024,
                           "tie_word_embeddings": True, "max_position_embeddings": 512},
 }
-# The README's GPU runbook (one node of 8 x 80 GB): each notebook's heaviest arm at the runbook's settings, and the
+# The GPU runbook of docs/cluster.md (one node of 8 x 80 GB): each notebook's heaviest arm at the runbook's settings, and the
 # smoke run a user starts with. max_prompt_len: an assumption (job_files measures the real one); `ifcore
 # openrlhf-plan --runbook NAME` prints each one's command and memory plan.
 RUNBOOK = {
