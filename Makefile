@@ -80,13 +80,13 @@ $(VLLM_STAMP):
 test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR) notebook-filter chromium
 	$(PY) -m pytest -q --durations=15
 
-# The report's pages are checked in a real browser: Debian's headless Chromium, installed when missing (as root,
-# which CI is); without it those checks are skipped, saying why.
+# The report's pages and JupyterLab (tests/test_jupyterlab.py) are checked in a real browser: Debian's Chromium and
+# its chromedriver, installed when missing (as root, which CI is); without them those checks are skipped, saying why.
 chromium:
-	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || \
+	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || \
 	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq chromium-headless-shell >/dev/null; } || \
-	  echo "make: no headless Chromium and not root: the report's browser checks will be skipped"
+	    apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "make: no chromium and chromedriver, and not root: the browser checks will be skipped"
 
 # Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/ (the
 # repository's, found from the package: no --cwd needed, from any directory). IFCORE_REPRODUCE=1 is what lets them:

@@ -15,7 +15,7 @@ PAGE_BUDGET = 15  # screens of 900 px at 1400 px wide (issue 28)
 RENDERED_WITH_PROGRESS_BARS = set()
 
 needs_chromium = pytest.mark.skipif(chromium() is None, reason="no headless Chromium (make test installs Debian's "
-                                                               "chromium-headless-shell when run as root)")
+                                                               "chromium when run as root)")
 
 
 def test_the_index_has_one_card_per_stage_with_its_question_figure_decisions_and_run_time(tmp_path):
