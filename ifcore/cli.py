@@ -274,7 +274,7 @@ def _run(args) -> int:
             out = Path(args.output_dir)
             out.mkdir(parents=True, exist_ok=True)
             (out / "judge_eval.json").write_text(json.dumps(summary, indent=1) + "\n")
-            with open(out / "items.jsonl", "w", encoding="utf-8") as f:
+            with open(out / "items.jsonl", "w", encoding="utf-8", errors="backslashreplace") as f:
                 for row, v in zip(rows, result["verdicts"]):
                     f.write(json.dumps({**{k: row[k] for k in ("id", "constraint_index", "response_index", "truth")},
                                         "verdict": v}, ensure_ascii=False) + "\n")
@@ -659,7 +659,7 @@ def _write_responses(out, key: str, rows: list, completions: list):
     """OUTPUT_DIR/responses.jsonl, {key, response} per row: the input `eval --responses` reads back."""
     out.mkdir(parents=True, exist_ok=True)
     responses = out / "responses.jsonl"
-    with open(responses, "w", encoding="utf-8") as f:
+    with open(responses, "w", encoding="utf-8", errors="backslashreplace") as f:  # a lone surrogate: its JSON escape
         f.writelines(json.dumps({key: r[key], "response": text}, ensure_ascii=False) + "\n"
                      for r, (text, _) in zip(rows, completions))
     return responses
