@@ -36,8 +36,9 @@ def code_version() -> dict:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=60)
         if commit.returncode != 0 or not (root / "pyproject.toml").is_file():
             return {"commit": None, "dirty": None}
+        # GIT_OPTIONAL_LOCKS=0: a look only; runs side by side never contend for the index lock.
         status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=60, env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"})
     except (OSError, subprocess.TimeoutExpired):
         return {"commit": None, "dirty": None}
     return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
