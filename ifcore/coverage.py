@@ -90,7 +90,7 @@ def coverage(rows: list[dict], adopted=ADOPTED) -> dict:
 
 
 def table(cov: dict, group: str) -> str:
-    """One coverage group as a Markdown table (for docs/coverage.md and the README)."""
+    """One coverage group as a Markdown table (for docs/coverage.md and docs/verification.md)."""
     rows = [("all constraints", cov["overall"])] if group == "overall" else list(cov[group].items())
     lines = ["| category | n | v1 | v1 + adopted | v1 + all proposed |", "| --- | ---: | ---: | ---: | ---: |"]
     for name, c in rows:

@@ -23,7 +23,7 @@ def repo_path(path: str | Path | None, default: str) -> Path:
 
 def notebook_figures(name: str, namespace: dict) -> Path:
     """A notebook's first step: refuse unknown parameters, then say where its figures go (and create the folder);
-    progress bars are drawn only when a person watches (ifcore.progress).
+    progress bars are drawn only when a person watches, and an interrupt says so in one line (ifcore.progress).
 
     Papermill only warns about a parameter the notebook does not declare (`-p step 2`) and then starts the full
     default run; here it stops the notebook before any work, with a did-you-mean. Declared: the parameters cell's
@@ -35,6 +35,7 @@ def notebook_figures(name: str, namespace: dict) -> Path:
     figures of a run with other parameters.
     """
     progress.watched()  # decided before any model loads: no bars (ours or the libraries') where nobody watches
+    progress.quiet_interrupts()  # the stop button prints one line, not a traceback through the sweep
     declared = list(namespace.get("__annotations__", {}))
     injected = [cell for cell in namespace.get("In", []) if cell.startswith("# Parameters\n")]
     given = [t.id for node in ast.parse(injected[-1]).body if isinstance(node, ast.Assign)

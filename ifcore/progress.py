@@ -1,8 +1,8 @@
 """Progress bars where a person watches, one line per long step where nobody does (papermill, logs, CI).
 
 A headless papermill run keeps every redraw of a text bar as output (notebook 03's rendering was 89 % progress
-lines) and shows a widget bar as an empty box, so ifcore draws bars only when someone watches: a terminal, or a
-kernel started by a Jupyter server (JupyterLab, Notebook). Elsewhere `bar` returns a stand-in that prints one
+lines) and shows a widget bar as an empty box, so ifcore draws bars only when someone watches: a terminal (text), or a
+kernel started by a Jupyter server (JupyterLab, Notebook: a notebook widget). Elsewhere `bar` returns a stand-in that prints one
 summary line when it closes, and the libraries' own bars (transformers' "Loading weights", the hub's) are turned
 off. IFCORE_PROGRESS=1 or 0 overrides the guess. Stdlib only: every part may import it.
 """
@@ -49,10 +49,31 @@ def bar(iterable=None, *, desc: str, total: int | None = None, initial: int = 0,
     """tqdm's text bar when `enabled` and watched(); else a stand-in with the same methods that prints
     `desc: N/TOTAL unit in S s (postfix)` once, when it closes (nothing when not `enabled`)."""
     if enabled and watched():
-        from tqdm import tqdm  # text: redrawn in JupyterLab (a widget would keep its first frame in a rendering)
+        if "ipykernel" in sys.modules:  # a kernel of JupyterLab: a widget, not stderr text on a pink background
+            try:
+                from tqdm.notebook import tqdm as notebook_tqdm
+
+                return notebook_tqdm(iterable, desc=desc, total=total, initial=initial, unit=unit)
+            except ImportError:  # no ipywidgets: the text bar below
+                pass
+        from tqdm import tqdm
 
         return tqdm(iterable, desc=desc, total=total, initial=initial, unit=unit, dynamic_ncols=True)
     return _Summary(iterable, desc, total, initial, unit, enabled)
+
+
+def quiet_interrupts() -> None:
+    """In an IPython kernel, a KeyboardInterrupt (the stop button, or Ctrl-C) prints one line instead of the
+    traceback through the sweep and the trainer: stopping is what the person asked for, and the runs stop cleanly.
+    Other errors keep their tracebacks. Nothing happens outside IPython."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    if shell is None:
+        return
+
+    def one_line(shell, etype, value, tb, tb_offset=None):
+        print("Interrupted: the cell stopped cleanly (what finished is kept; run it again to go on).")
+
+    shell.set_custom_exc((KeyboardInterrupt,), one_line)
 
 
 class _Summary:

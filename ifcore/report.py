@@ -1,8 +1,9 @@
 """`ifcore report` (`make report`): the executed notebooks as an HTML site a reviewer reads offline.
 
-One page per notebook (nbconvert's lab template, images embedded, no script or style fetched from the network,
-widget outputs replaced by their text, no mid-word breaks, wide tables and long code cells scrolled inside their own
-box) and an index
+One page per notebook (nbconvert's lab template, titled by the notebook's heading, a link back to the index on top,
+code folded behind a "show code" switch (the parameters cell stays shown), images embedded, no script or style
+fetched from the network, widget outputs replaced by their text, no mid-word breaks, wide tables and long code cells
+scrolled inside their own box) and an index
 with one card per stage: its primary result where it has one (the registered question and its computed verdict,
 also recorded in the rendering's metadata `ifcore.primary`), its question (the notebook's title and first
 paragraph), its first figure, the
@@ -26,7 +27,19 @@ pre, .jp-OutputArea-output pre { word-break: normal !important; overflow-wrap: a
 img { max-width: 100%; height: auto; }
 /* results first: a long code cell scrolls inside its own box (all of it there) instead of pushing them down */
 .jp-CodeCell:not(.celltag_parameters) .jp-InputArea-editor > .cm-editor { max-height: 10.5em; overflow-y: auto; }
+/* code folded until "show code" is ticked (a checkbox: no script); the parameters say what this run was */
+#show-code:not(:checked) ~ .jp-CodeCell:not(.celltag_parameters):not(.celltag_injected-parameters) .jp-Cell-inputWrapper
+  { display: none; }
+.ifcore-nav { position: sticky; top: 0; z-index: 10; background: #f6f8fa; border-bottom: 1px solid #ddd;
+  padding: 0.4em 1em; font-family: system-ui, sans-serif; }
+.ifcore-switch { font-family: system-ui, sans-serif; margin: 0.5em 0 0.5em 1em; display: inline-block; }
 </style>"""
+
+
+def _title(nb) -> str:
+    """The notebook's title: its first Markdown cell's first line, the heading marks dropped."""
+    intro = next((c["source"] for c in nb["cells"] if c["cell_type"] == "markdown"), "")
+    return intro.partition("\n")[0].lstrip("# ").strip() or "notebook"
 
 
 def _page(nb) -> str:
@@ -43,6 +56,11 @@ def _page(nb) -> str:
     body, _ = exporter.from_notebook_node(nb)
     body = re.sub(r"<script[^>]*\bsrc=\"https?://[^\"]*\"[^>]*>\s*</script>", "", body)  # offline: no CDN scripts
     body = re.sub(r"<link[^>]*\bhref=\"https?://[^\"]*\"[^>]*>", "", body)
+    title = html.escape(_title(nb))
+    body = re.sub(r"<title>.*?</title>", lambda _: f"<title>{title}</title>", body, count=1, flags=re.S)
+    body = body.replace("<main>", f'<nav class="ifcore-nav"><a href="index.html">&larr; all notebooks</a> &middot; '
+                                  f'{title}</nav>\n<main>\n<input type="checkbox" id="show-code">'
+                                  f'<label class="ifcore-switch" for="show-code">show code</label>', 1)
     return body.replace("</head>", CSS + "\n</head>", 1)
 
 
@@ -76,7 +94,7 @@ def card(nb, page: str) -> str:
     """The index card of one executed notebook, led by its primary result where it has one."""
     cells = nb["cells"]
     intro = next((c["source"] for c in cells if c["cell_type"] == "markdown"), "")
-    title, _, rest = intro.partition("\n")
+    rest = intro.partition("\n")[2]
     question = next((p.strip() for p in rest.split("\n\n") if p.strip()), "")
     figure = next((o["data"]["image/png"] for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])
                    if "image/png" in o.get("data", {})), None)
@@ -98,7 +116,7 @@ def card(nb, page: str) -> str:
     question = MarkdownIt("commonmark", {"html": False}).renderInline(" ".join(question.split()))
     result = primary(nb)
     lead = _primary_html(result) if result else ""
-    return (f'<section class="card"><h2><a href="{html.escape(page)}">{html.escape(title.lstrip("# "))}</a></h2>'
+    return (f'<section class="card"><h2><a href="{html.escape(page)}">{html.escape(_title(nb))}</a></h2>'
             f"{lead}<p>{question}</p>{image}{conclusions}"
             f'<p class="ran">{html.escape(ran)}</p></section>')
 

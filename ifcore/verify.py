@@ -27,7 +27,7 @@ from functools import lru_cache
 import emoji
 import yaml
 
-from ifcore import rewards
+from ifcore import reward_math
 from ifcore.jsonl import iter_jsonl
 from ifcore.patterns import code_point_runs, compile_pattern, cpu_clock
 from ifcore.schema import Constraint, ConstraintError
@@ -83,12 +83,12 @@ class Verdict:
     def graded(self, alpha: float = 3.0) -> float:
         """g_i, ScopeIF eq. 6: the geometric mean of the records' graded rewards (eq. 5, 8, 9); 1 with no
         records (vacuous truth), 0 when any record is a missing segment. alpha must be finite and positive."""
-        alpha = rewards.check_alpha(alpha)
+        alpha = reward_math.check_alpha(alpha)
         if not self.records:
             return 1.0
         logs = 0.0
         for r in self.records:
-            g = rewards.graded(r.lo, r.hi, r.actual, alpha)
+            g = reward_math.graded(r.lo, r.hi, r.actual, alpha)
             if g <= 0.0:
                 return 0.0
             logs += math.log(g)
@@ -205,7 +205,7 @@ def verify_jsonl(fin, fout, alpha: float = 3.0, constraints: list | None = None)
     is not UTF-8 is read with replacement characters and its result carries a "warning". Output is strict JSON
     (never NaN). Returns {"lines": ..., "ok": ..., "errors": ...}; ValueError naming alpha unless it is finite
     and positive, and naming the input when its first line opens a pretty-printed JSON document (not JSON Lines)."""
-    alpha = rewards.check_alpha(alpha)
+    alpha = reward_math.check_alpha(alpha)
     shared = None if constraints is None else [Constraint.from_dict(c, f"--constraints[{i}]")
                                                for i, c in enumerate(constraints)]
     lines = iter(fin)
@@ -233,8 +233,8 @@ def verify_jsonl(fin, fout, alpha: float = 3.0, constraints: list | None = None)
             sat = [v.satisfied for v in verdicts]
             g = [v.graded(alpha) for v in verdicts]
             line = json.dumps({**out, "verdicts": [{"id": c.id, **v.to_dict(alpha)} for c, v in zip(cs, verdicts)],
-                               "ila": rewards.ila(sat), "cla": rewards.cla(sat),
-                               "scopeif": rewards.scopeif(sat, g), "scopeif_flat": rewards.scopeif_flat(g),
+                               "ila": reward_math.ila(sat), "cla": reward_math.cla(sat),
+                               "scopeif": reward_math.scopeif(sat, g), "scopeif_flat": reward_math.scopeif_flat(g),
                                **({"warning": f"line {n}: {problem}"} if problem else {})},
                               allow_nan=False, ensure_ascii=False)
             counts["ok"] += 1

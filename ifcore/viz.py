@@ -86,6 +86,34 @@ def graded_curves(ax, lo, hi, actual_range, alphas=(1.0, 3.0, 5.0)):
     ax.legend(frameon=False)
 
 
+def record_curve(ax, records: list, alpha: float) -> None:
+    """The graded reward r against the measured value (ScopeIF eq. 5, 8, 9) at this alpha, for the range of a
+    verdict's worst record, each record of that range marked at its measurement (red: violated): where the
+    constraint's g comes from, redrawn as alpha moves. A verdict without measurements says so."""
+    import numpy as np
+
+    measured = [r for r in records if r.actual is not None]
+    if not measured:
+        _no_data(ax, "no measured segment: g = 1 (nothing selected) or 0 (a missing segment)")
+        return
+    worst = min(measured, key=lambda r: rewards.graded(r.lo, r.hi, r.actual, alpha))
+    marked = [r for r in measured if (r.lo, r.hi) == (worst.lo, worst.hi)]
+    ends = [v for v in (worst.lo, worst.hi, *(r.actual for r in marked)) if v is not None and math.isfinite(v)]
+    xs = np.linspace(min(0.0, *ends), max(ends) * 1.5 + 2, 400)
+    ax.plot(xs, rewards.graded(worst.lo, worst.hi, xs, alpha), color="#0072B2", label=f"alpha = {alpha:g}")
+    ax.axvspan(xs[0] if worst.lo is None else worst.lo, xs[-1] if worst.hi is None else worst.hi, color="0.9",
+               zorder=0, label="admissible")
+    for ok, colour, label in ((True, "#009E73", "record within range"), (False, "#D55E00", "violated record")):
+        pts = [r for r in marked if r.ok == ok]
+        if pts:
+            ax.scatter([r.actual for r in pts], [rewards.graded(r.lo, r.hi, r.actual, alpha) for r in pts],
+                       color=colour, zorder=3, label=f"{label} ({len(pts)})")
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlabel("measured value")
+    ax.set_ylabel("graded reward r")
+    ax.legend(frameon=False, fontsize="small")
+
+
 def coverage_bars(axes, cov: dict, groups=("scope", "primary_target", "range")):
     """Fraction of real ScopeIF-Test constraints expressed, per category (ifcore.coverage.coverage)."""
     for ax, g in zip(axes, groups):
@@ -366,7 +394,7 @@ def heldout_scope_counts(run) -> dict[str, int]:
 
 def distributions(ax, rollouts, arms=None, xlabel: str = "reward"):
     """The empirical CDF of every rollout's reward per arm (the arm, seed and reward columns of
-    ifcore.train.sweep.load_rollouts), so that no arm's distribution hides another's; the legend counts the seeds
+    ifcore.run.sweep.load_rollouts), so that no arm's distribution hides another's; the legend counts the seeds
     and rollouts behind each curve."""
     import seaborn as sns
 
@@ -777,62 +805,106 @@ def _find_runs(paths) -> list[tuple[str, Path]]:
 
 
 def _train_run(path: Path) -> dict:
-    """A training run's identity, arm, seed, progress and its last held-out evaluation."""
-    identity = json.loads((path / "config.json").read_text())["identity"]
+    """A training run's identity, arm, seed, progress, its last held-out evaluation and the code that ran it."""
+    saved = json.loads((path / "config.json").read_text())
+    identity = saved["identity"]
     rows = [r for r in read_jsonl(path / "metrics.jsonl", allow_empty=True)]
     done = max((r["step"] for r in rows if r.get("type") == "train"), default=0)
     last = next((r for r in reversed(rows) if r.get("type") == "eval"), {})
     sweep = path / "sweep.json"
     arm = json.loads(sweep.read_text())["arm"] if sweep.is_file() else None
-    return {"path": path, "identity": identity, "arm": arm, "seed": identity["seed"],
+    return {"path": path, "identity": identity, "arm": arm, "seed": identity["seed"], "code": saved.get("code"),
+            "model": identity.get("model") or "tiny (warm start)",
             "status": "finished" if (path / "checkpoints" / f"step_{identity['steps']:06d}").is_dir()
             else f"step {done} of {identity['steps']}", "eval_step": last.get("step"),
             "eval_isr": last.get("eval_isr"), "eval_csr": last.get("eval_csr")}
 
 
 _NOT_AN_ARM = {"seed", "output_dir"}  # what differs between the seeds of one arm
+# The parameters `ifcore runs` shows for every run, whether or not they differ.
+TRAIN_KEYS = ("reward", "steps", "lr", "prompts_per_step", "group_size")
+EVAL_KEYS = ("max_new_tokens", "temperature", "limit")
 
 
-def _differences(runs: list[dict]) -> list[str]:
-    """Per run, the identity fields whose values differ among the runs (data and model hashes left out: they
-    follow from the fields), as `key=value`."""
-    keys = sorted({k for r in runs for k in r["identity"]} - _NOT_AN_ARM)
+def _differences(settings: list[dict]) -> list[str]:
+    """Per run, the settings whose values differ among the runs (data and model hashes left out: they follow from
+    the fields), as `key=value`."""
+    keys = sorted({k for r in settings for k in r} - _NOT_AN_ARM)
     varying = [k for k in keys if not k.endswith("_sha256")
-               and len({json.dumps(r["identity"].get(k), sort_keys=True) for r in runs}) > 1]
-    return [" ".join(f"{k}={json.dumps(r['identity'].get(k))}" for k in varying) for r in runs]
+               and len({json.dumps(r.get(k), sort_keys=True) for r in settings}) > 1]
+    return [" ".join(f"{k}={json.dumps(r.get(k))}" for k in varying) for r in settings]
+
+
+def _mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
 
 
 def _eval_output(path: Path) -> dict:
+    """An `ifcore eval` output: its benchmark, headline scores (fractions) over n items, the model and generation
+    settings that made the responses (none for --responses), and the code that scored them."""
     summary = json.loads((path / "summary.json").read_text())
-    if "CSR" in summary:  # ifcore eval scopeif
-        return {"path": path, "benchmark": "scopeif", "scores": {"CSR": summary["CSR"], "ISR": summary["ISR"]},
-                "n": summary["instances"]}
-    return {"path": path, "benchmark": summary.get("benchmark", "?"), "n": summary["strict"]["prompts"],
-            "scores": {"P-S": summary["strict"]["prompt_level"], "I-S": summary["strict"]["instruction_level"],
-                       "P-L": summary["loose"]["prompt_level"], "I-L": summary["loose"]["instruction_level"]}}
+    benchmark = summary.get("benchmark", "scopeif" if "CSR" in summary else "?")
+    if benchmark == "scopeif":
+        scores, n = {"CSR": summary["CSR"], "ISR": summary["ISR"]}, summary["instances"]
+    elif benchmark == "muldimif":
+        scores = {"all-pass": summary["all"]["rate"], "macro": summary["macro"]["rate"],
+                  "micro": summary["micro"]["rate"]}
+        n = summary["items"]
+    elif benchmark == "followbench":
+        levels = summary["levels"].values()
+        scores, n = {"HSR": _mean(x["HSR"] for x in levels), "SSR": _mean(x["SSR"] for x in levels)}, summary["answered"]
+    else:
+        scores = {"P-S": summary["strict"]["prompt_level"], "I-S": summary["strict"]["instruction_level"],
+                  "P-L": summary["loose"]["prompt_level"], "I-L": summary["loose"]["instruction_level"]}
+        n = summary["strict"]["prompts"]
+    generation = summary.get("generation") or {}
+    settings = {"benchmark": benchmark, "model": generation.get("model", "--responses"),
+                **{k: v for k, v in generation.get("params", {}).items()},
+                "limit": generation.get("prompts") if generation.get("subset_seed") is not None else None,
+                **{k: summary[k] for k in ("mode", "letter_seed") if k in summary}}
+    return {"path": path, "benchmark": benchmark, "n": n, "scores": scores, "settings": settings,
+            "model": settings["model"], "code": summary.get("code")}
+
+
+def _commit(code: dict | None) -> str:
+    """A run's code as `ifcore runs` shows it: the short commit, `+dirty` with uncommitted changes."""
+    if not code or not code.get("commit"):
+        return "-"
+    return code["commit"][:10] + ("+dirty" if code.get("dirty") else "")
 
 
 def runs_table(paths):
     """`ifcore runs`: one row per training run and per eval output under `paths`: where, what (arm or benchmark),
-    seed, status, the headline metrics (training runs: the last held-out ISR and CSR, with its step; evals: the
-    benchmark's own metrics over n items) and, for training runs, the configuration fields that differ among them."""
+    the model, seed, status, the key parameters, the headline metrics (training runs: the last held-out ISR and
+    CSR, with its step; evals: the benchmark's own metrics over n items), the commit that ran it and the settings
+    that differ among the training runs, and among the evals of each benchmark (the model, generation settings)."""
     import pandas as pd
 
     found = _find_runs(paths)
     train = [_train_run(p) for k, p in found if k == "train"]
-    rows = [{"run": str(r["path"]), "kind": "train", "what": r["arm"] or r["identity"]["reward"], "seed": r["seed"],
-             "status": r["status"],
+    rows = [{"run": str(r["path"]), "kind": "train", "what": r["arm"] or r["identity"]["reward"],
+             "model": r["model"], "seed": r["seed"], "status": r["status"],
+             "parameters": " ".join(f"{k}={r['identity'][k]}" for k in TRAIN_KEYS if k in r["identity"]),
              "metrics": "no evaluation yet" if r["eval_step"] is None else
              f"held-out ISR {r['eval_isr']:.3f} CSR {r['eval_csr']:.3f} at step {r['eval_step']}",
-             "differs in": d} for r, d in zip(train, _differences(train))]
-    for k, p in found:
-        if k == "eval":
-            e = _eval_output(p)
-            rows.append({"run": str(p), "kind": "eval", "what": e["benchmark"], "seed": "-", "status": "scored",
-                         "metrics": " ".join(f"{m} {'n/a' if v is None else f'{100 * v:.2f} %'}"
-                                             for m, v in e["scores"].items()) + f" over {e['n']}",
-                         "differs in": ""})
-    return pd.DataFrame(rows, columns=["run", "kind", "what", "seed", "status", "metrics", "differs in"])
+             "commit": _commit(r["code"]), "differs in": d}
+            for r, d in zip(train, _differences([r["identity"] for r in train]))]
+    evals = [_eval_output(p) for k, p in found if k == "eval"]
+    differs = {}  # among the evals of one benchmark: like compared with like
+    for benchmark in {e["benchmark"] for e in evals}:
+        group = [e for e in evals if e["benchmark"] == benchmark]
+        differs.update(zip(map(id, group), _differences([e["settings"] for e in group])))
+    for e, d in ((e, differs[id(e)]) for e in evals):
+        rows.append({"run": str(e["path"]), "kind": "eval", "what": e["benchmark"], "model": e["model"],
+                     "seed": e["settings"].get("seed", "-"), "status": "scored",
+                     "parameters": " ".join(f"{k}={e['settings'][k]}" for k in EVAL_KEYS
+                                            if e["settings"].get(k) is not None),
+                     "metrics": " ".join(f"{m} {'n/a' if v is None else f'{100 * v:.2f} %'}"
+                                         for m, v in e["scores"].items()) + f" over {e['n']}",
+                     "commit": _commit(e["code"]), "differs in": d})
+    return pd.DataFrame(rows, columns=["run", "kind", "what", "model", "seed", "status", "parameters", "metrics",
+                                       "commit", "differs in"])
 
 
 def _per_item(path: Path, benchmark: str) -> dict:
@@ -872,7 +944,7 @@ def compare_runs(paths, level: float = 0.95, resamples: int = 10_000) -> list[st
         raise ValueError("training runs and eval outputs cannot be compared with each other; give one kind")
     if kinds == {"train"}:
         runs = [_train_run(p) for _, p in found]
-        for r, d in zip(runs, _differences(runs)):
+        for r, d in zip(runs, _differences([r["identity"] for r in runs])):
             r["arm"] = r["arm"] or d or "(same configuration)"
         arms = list(dict.fromkeys(r["arm"] for r in runs))
         if len(arms) < 2:

@@ -139,7 +139,7 @@ def listening_addresses(port: int) -> set[str]:
 
 
 def chromium() -> str | None:
-    """The headless Chromium `make test` installs (Debian's chromium-headless-shell), or None."""
+    """The headless Chromium `make test` installs (Debian's chromium; chromium-headless-shell also serves), or None."""
     import shutil
 
     return shutil.which("chromium-headless-shell") or shutil.which("chromium")

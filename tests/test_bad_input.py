@@ -1,5 +1,8 @@
-"""Bad input: malformed constraints name their field path; no response text makes `verify` raise."""
+"""Bad input: malformed constraints name their field path; no response text makes `verify` raise; a response no
+UTF-8 file can hold is scored like any other, on every evaluation path."""
+import gzip
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -8,7 +11,9 @@ from hypothesis import strategies as st
 import ifcore
 from ifcore import Constraint, ConstraintError
 
-from helpers import cpu_seconds
+from helpers import cpu_seconds, run_cli
+
+REPO = Path(__file__).resolve().parents[1]
 
 OK = {"scope": [], "target": {"count": "word"}, "range": {"min": 1}}
 
@@ -197,3 +202,49 @@ def test_a_misspelled_key_is_named_as_unknown_with_the_key_it_resembles(d, where
     with pytest.raises(ConstraintError) as e:
         Constraint.from_dict(d)
     assert e.value.path == where and f"did you mean {suggestion!r}?" in str(e.value)
+
+
+# ---- a response no UTF-8 file can hold (a lone surrogate, as a JSON "\ud800" escape gives) ----------------------
+
+def _first_rows(path: Path, key: str, n: int = 3) -> list[dict]:
+    """The first n rows of a reference file with distinct `key` values."""
+    rows, seen = [], set()
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")) as f:
+        for line in f:
+            row = json.loads(line)
+            if row[key] not in seen:
+                seen.add(row[key])
+                rows.append(row)
+            if len(rows) == n:
+                return rows
+    return rows
+
+
+SURROGATE_INPUTS = {  # benchmark: (reference responses, the key that names the prompt)
+    "ifeval": ("tests/data/ifeval/input_response_data_gpt4_20231107_145030.jsonl", "prompt"),
+    "ifbench": ("tests/data/ifbench/sample_output.jsonl", "prompt"),
+    "muldimif": ("tests/data/muldimif/reference.jsonl.gz", "id"),
+    "followbench": ("tests/data/followbench/rule_reference.jsonl.gz", "prompt"),
+    "scopeif": ("tests/data/scopeif_whole.jsonl", "instruction_id"),
+}
+
+
+@pytest.mark.parametrize("benchmark", list(SURROGATE_INPUTS))
+def test_a_response_with_a_lone_surrogate_is_scored_and_the_evaluation_goes_on(benchmark, tmp_path, capsys):
+    path, key = SURROGATE_INPUTS[benchmark]
+    rows = _first_rows(REPO / path, key)
+    if benchmark == "scopeif":
+        rows = [{"id": r["instruction_id"], "response": r["response"]} for r in rows]
+    bad = rows[1]["response"][:20] + "\ud800 lone" + rows[1]["response"][20:]
+    rows[1]["response"] = bad
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in rows))  # ensure_ascii: the file holds "\ud800"
+    status, out, err = run_cli(capsys, "eval", benchmark, "--responses", responses, "--allow-missing",
+                               "--output-dir", tmp_path / "out")
+    assert status == 0, err
+    written = [json.loads(line) for f in sorted((tmp_path / "out").glob("*.jsonl"))
+               for line in f.read_text(encoding="utf-8").splitlines()]
+    name = "id" if benchmark in ("scopeif", "muldimif") else "prompt"
+    assert {str(r[name]).strip() for r in rows} <= {str(r.get(name)).strip() for r in written}  # the bad one too
+    if any("response" in r for r in written):  # written as its escape, read back as the same string
+        assert bad in [r.get("response") for r in written]

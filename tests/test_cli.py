@@ -298,8 +298,23 @@ def test_runs_lists_training_runs_and_eval_outputs_with_what_differs(tmp_path, c
     assert status == 0 and len(lines) == 4
     cla, ila, ev = (next(ln for ln in lines if key in ln) for key in ("cla-seed0", "ila-seed0", "/e "))
     assert "step 1 of 4" in cla and 'reward="cla"' in cla and "CSR 0.250 at step 1" in cla
-    assert "finished" in ila and "lr" not in ila  # only what differs is shown
+    assert "finished" in ila and "lr=0.0005" in ila and ila.rstrip().endswith('reward="ila"')  # differs: reward only
     assert "P-S 76.89 % I-S 83.57 %" in ev and "over 541" in ev and " nan " not in ev.lower()
+    assert "--responses" in ev and re.search(r" [0-9a-f]{10}(\+dirty)? ", ev)  # no model; the scoring commit
+    assert run_cli(capsys, "runs", tmp_path / "nothing-here")[0] == 2
+
+
+def test_runs_tells_apart_two_evaluations_of_one_model_that_differ_in_max_new_tokens(tmp_path, capsys):
+    for name, tokens in (("short", 128), ("long", 256)):
+        assert run_cli(capsys, "eval", "ifeval", "--responses", GPT4, "--output-dir", tmp_path / name)[0] == 0
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        summary["generation"] = {"model": "smollm2-135m", "params": {"max_new_tokens": tokens, "temperature": 0.0},
+                                 "prompts": 541, "of": 541, "subset_seed": None}  # as `--model` writes it
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    status, out, _ = run_cli(capsys, "runs", tmp_path)
+    short, long = (next(ln for ln in out.splitlines() if f"/{n} " in ln) for n in ("short", "long"))
+    assert "smollm2-135m" in short and "max_new_tokens=128" in short
+    assert short.rstrip().endswith("max_new_tokens=128") and long.rstrip().endswith("max_new_tokens=256")
     assert run_cli(capsys, "runs", tmp_path / "nothing-here")[0] == 2
 
 
@@ -355,3 +370,17 @@ def test_train_help_lists_every_field_without_loading_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert done.stdout.splitlines()[-1] == "False False"
     assert "--precision" in done.stdout and "--warm-start JSON" in done.stdout and "(default: 30)" in done.stdout
+
+
+def test_eval_takes_several_benchmarks_and_prints_one_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))  # its completions stay out of the user's cache
+    model = ROOT / "tests" / "data" / "tiny_chat_llama"
+    status, out, err = run_cli(capsys, "eval", "ifeval", "muldimif", "--model", model, "--limit", 2,
+                               "--max-new-tokens", 4, "--output-dir", tmp_path / "out")
+    assert status == 0, err
+    assert {p.parent.name for p in (tmp_path / "out").glob("*/summary.json")} == {"ifeval", "muldimif"}
+    table = out[out.index("    what"):].splitlines()
+    assert len(table) == 3 and table[1].split()[:2] == ["ifeval", f"tiny_chat_llama@{table[1].split('@')[1][:16]}"]
+    assert "all-pass" in table[2] and "max_new_tokens=4" in table[2]
+    status, _, err = run_cli(capsys, "eval", "ifeval", "ifbench", "--responses", GPT4, "--output-dir", tmp_path)
+    assert status == 2 and "several benchmarks need --model" in err[0]

@@ -258,6 +258,7 @@ class FakeHandler(BaseHTTPRequestHandler):
                 self.send_response(200)
                 if self.path.endswith("/chat/completions"):
                     text = body["messages"][-1]["content"][::-1]
+                    text += "\ud800" if "surrogate" in text else ""  # a lone one, sent as its JSON escape
                     choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
                 else:
                     text = body["prompt"][::-1]
@@ -494,3 +495,17 @@ def test_a_corrupt_smollm2_cache_is_rebuilt(smollm2, own_cache, capsys):
     assert registry.resolve("smollm2-135m") == path.resolve()
     assert "does not match its weights.sha256: rebuilding" in capsys.readouterr().err
     assert registry.checksums(path) == good == (path / registry.CHECKSUMS).read_text()
+
+
+def test_an_endpoints_lone_surrogate_is_cached_and_written_as_its_escape(fake_server, tmp_path, monkeypatch):
+    """A reply holding a lone surrogate (a JSON "\\ud800" escape; no UTF-8 file can hold the character) neither
+    stops the run nor changes on its way through the cache and the output file."""
+    monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))
+    endpoint = Endpoint("m", base_url=f"http://127.0.0.1:{fake_server.server_port}/v1")
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": "etagorrus"}) + "\n" + json.dumps({"prompt": "fine"}) + "\n")
+    assert generate_jsonl(endpoint, src, tmp_path / "out.jsonl", progress=False) == 2
+    assert [r["response"] for r in read_jsonl(tmp_path / "out.jsonl")] == ["surrogate\ud800", "enif"]
+    sent = len(fake_server.requests)
+    assert generate(endpoint, ["etagorrus"], progress=False) == ["surrogate\ud800"]  # from the cache
+    assert len(fake_server.requests) == sent

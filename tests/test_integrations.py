@@ -49,9 +49,9 @@ NASTY = ["", "<think>", "</think>", "<think></think><think>", "<answer>", "\x00\
 # ---- OpenRLHF: the launch command against the pinned release's own parser ----------------------------------
 
 def _launch_commands() -> list[list[str]]:
-    """Every bash block of docs/integrations.md and README.md that launches OpenRLHF's PPO/GRPO trainer."""
+    """Every bash block of the README and docs/ that launches OpenRLHF's PPO/GRPO trainer."""
     out = []
-    for doc in (REPO / "docs" / "integrations.md", REPO / "README.md"):
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
         if doc.exists():
             for block in re.findall(r"```bash\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
                 if "openrlhf.cli.train_ppo_ray" in block:

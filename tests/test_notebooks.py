@@ -3,7 +3,11 @@ papermill (without --cwd) from the repository root and from notebooks/ in a smal
 import ast
 import contextlib
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -40,13 +44,122 @@ FIGURES = {"00_constraint_schema.ipynb": ["00_graded_reward_curves", "00_judge_a
                                           "04_token_heatmap"]}
 
 
+def stored(path: Path) -> str:
+    """The notebook as git stores it (the index: the copy JupyterLab saved may hold outputs that nbstripout's
+    filter keeps out of git), or the file itself outside a git checkout."""
+    done = subprocess.run(["git", "show", f":{path.relative_to(ROOT)}"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else path.read_text()
+
+
 def test_source_notebooks_have_no_outputs():
     assert NOTEBOOKS
     for path in NOTEBOOKS:
-        nb = json.loads(path.read_text())
+        nb = json.loads(stored(path))
         for cell in nb["cells"]:
             if cell["cell_type"] == "code":
                 assert not cell.get("outputs") and cell.get("execution_count") is None, path.name
+
+
+def jupyterlab_save(nb, outputs: bool = True):
+    """What JupyterLab adds when it saves a notebook it ran: outputs and counts, the kernel's own display name and
+    language_info, cell metadata of its own and the widgets' state."""
+    nb.metadata.kernelspec.display_name = "Python 3 (ipykernel)"
+    nb.metadata.language_info = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                                 "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                                 "pygments_lexer": "ipython3", "version": "3.11.2"}
+    nb.metadata.widgets = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2,
+                                                                         "version_minor": 0}}
+    for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        cell.metadata.update({"scrolled": True, "execution": {"iopub.status.idle": "2026-12-07T10:00:00Z"}})
+        if outputs and not cell.outputs:
+            cell.execution_count = n + 1
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"output {n}\n")]
+
+
+@pytest.fixture
+def filtered_clone(tmp_path):
+    """A git repository holding the notebooks as committed (before any filter), with the notebook filter
+    `make install` sets (its Makefile target, run with this interpreter)."""
+    repo = tmp_path / "clone"
+    (repo / "notebooks").mkdir(parents=True)
+    for name in ("Makefile", ".gitattributes", ".gitignore"):
+        shutil.copy(ROOT / name, repo / name)
+    for path in NOTEBOOKS:
+        (repo / "notebooks" / path.name).write_text(stored(path))
+    for path in repo.rglob("*"):  # older than the index to come: git then trusts their stat, filtering none again
+        os.utime(path, (path.stat().st_mtime - 60,) * 2)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-qm", "notebooks"], cwd=repo, check=True)
+    subprocess.run(["make", "-s", "notebook-filter", f"PY={sys.executable}"], cwd=repo, check=True)
+    return repo
+
+
+def git(repo: Path, *args) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def committed_changes(repo: Path) -> str:
+    """What a commit would record: the diff, and what `git add -A` stages. (git status alone may still list a
+    notebook saved with outputs by another editor: its size changed, so git does not re-read it until an add.)"""
+    before = git(repo, "diff")
+    git(repo, "add", "-A")
+    return before + git(repo, "diff", "--cached") + git(repo, "status", "--porcelain")
+
+
+# Committed before the filter, with the display name "Python 3" where JupyterLab writes ipykernel's "Python 3
+# (ipykernel)" (and 01 with one cell's keys out of order, which the filter sorts), so a save shows that one-time
+# change. Set that name and commit them through the filter once (strict: this fails then, so that the mark goes).
+NOT_YET_NORMALIZED = {"01_cot_preliminary_study.ipynb", "02_raif_superior_cot.ipynb",
+                      "03_scopeif_graded_reward.ipynb", "04_rtt_token_rewards.ipynb"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(p.name, marks=pytest.mark.xfail(
+    p.name in NOT_YET_NORMALIZED, strict=True, reason="stored before the filter; renormalize once")) for p in NOTEBOOKS])
+def test_a_save_with_outputs_changes_nothing_git_records(filtered_clone, name):
+    path = filtered_clone / "notebooks" / name
+    nb = nbformat.read(path, as_version=4)
+    jupyterlab_save(nb)
+    nbformat.write(nb, path)
+    assert '"output_type": "stream"' in path.read_text()  # the working copy keeps them
+    assert committed_changes(filtered_clone) == ""
+
+
+def test_make_lab_saves_source_notebooks_as_git_stores_them(filtered_clone):
+    """The pre-save hook `make lab` gives the server: a Run All + save of a source notebook leaves `git status`
+    clean (no add needed); a copy saved outside notebooks/ keeps its outputs; a real edit still shows."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    assert "--ContentsManager.pre_save_hook=ifcore.lab.strip_on_save" in (ROOT / "Makefile").read_text()
+    manager = FileContentsManager(root_dir=str(filtered_clone), pre_save_hook="ifcore.lab.strip_on_save")
+    source = "notebooks/00_constraint_schema.ipynb"
+    model = manager.get(source)
+    nb = nbformat.from_dict(model["content"])
+    jupyterlab_save(nb)
+    manager.save({"type": "notebook", "format": "json", "content": nb}, source)
+    assert git(filtered_clone, "status", "--porcelain") == ""
+    (filtered_clone / "runs").mkdir()  # git-ignored, as in the repository
+    manager.save({"type": "notebook", "format": "json", "content": nb}, "runs/copy.ipynb")
+    assert '"output_type": "stream"' in (filtered_clone / "runs" / "copy.ipynb").read_text()
+    nb.cells[0].source += "\nOne more line."
+    manager.save({"type": "notebook", "format": "json", "content": nb}, source)
+    assert git(filtered_clone, "status", "--porcelain") == " M notebooks/00_constraint_schema.ipynb\n"
+    assert "+    \"One more line.\"" in git(filtered_clone, "diff")
+
+
+@pytest.mark.slow
+def test_run_all_and_save_of_notebook_00_changes_nothing_git_records(filtered_clone):
+    """Notebook 00 executed for real (widgets included, as a person runs it), saved over the tracked file."""
+    from nbclient import NotebookClient
+
+    path = filtered_clone / "notebooks" / "00_constraint_schema.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(ROOT)}}).execute()
+    jupyterlab_save(nb, outputs=False)
+    nbformat.write(nb, path)
+    assert sum(len(c.get("outputs", [])) for c in nb.cells) > 10
+    assert committed_changes(filtered_clone) == ""
 
 
 def test_make_reproduce_executes_every_notebook_without_cwd():

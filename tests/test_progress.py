@@ -39,3 +39,40 @@ def test_unwatched_bars_say_one_line_at_the_end(monkeypatch, capsys):
         assert err[2].startswith("generate m: 2/5 prompt in ") and err[2].endswith(" s (loss=0.5)") and len(err) == 3
     finally:
         progress.watched.cache_clear()
+
+
+def test_a_watched_kernel_gets_a_notebook_widget_bar(monkeypatch):
+    import ipykernel  # noqa: F401 - "in a kernel", as progress.bar asks
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    monkeypatch.setenv("IFCORE_PROGRESS", "1")
+    progress.watched.cache_clear()
+    try:
+        with progress.bar(desc="warm start", total=3) as b:
+            assert isinstance(b, notebook_tqdm)  # a widget in JupyterLab, not stderr text
+            b.update(3)
+        monkeypatch.delitem(sys.modules, "ipykernel")
+        with progress.bar(desc="in a terminal", total=1) as b:
+            assert not isinstance(b, notebook_tqdm)
+    finally:
+        progress.watched.cache_clear()
+
+
+def test_an_interrupt_in_a_kernel_prints_one_line_and_other_errors_keep_their_traceback(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    try:
+        progress.quiet_interrupts()
+        result = shell.run_cell("def deep(n):\n    return deep(n - 1) if n else (_ for _ in ()).throw(KeyboardInterrupt)\n"
+                                "deep(30)")
+        assert not result.success  # still an error to the kernel: Run All and papermill stop there
+        out, err = capsys.readouterr()
+        assert (out + err).strip().splitlines() == [
+            "Interrupted: the cell stopped cleanly (what finished is kept; run it again to go on)."]
+        shell.run_cell("1 / 0")
+        out, err = capsys.readouterr()
+        assert "ZeroDivisionError" in out + err and "Traceback" in out + err
+    finally:
+        shell.set_custom_exc((), None)
+        InteractiveShell.clear_instance()

@@ -399,7 +399,7 @@ def test_a_killed_raif_run_resumes_exactly(assets, tmp_path):
 # ---- named sweep arms -------------------------------------------------------------------------------------------------
 
 def test_named_arms_are_checked_before_anything_starts(tmp_path):
-    from ifcore.train.sweep import run_arms
+    from ifcore.run.sweep import run_arms
 
     runs_dir = tmp_path / "runs"
     for arms, config, match in [

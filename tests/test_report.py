@@ -1,7 +1,10 @@
 """The report site (`make report`): the executed notebooks as HTML pages and an index, checked in headless Chromium
 as a reviewer opens them: every page loads offline, every image loads, nothing is wider than the page, and each
 page is at most PAGE_BUDGET screens of 1400 x 900."""
+import html
+import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ PAGE_BUDGET = 15  # screens of 900 px at 1400 px wide (issue 28)
 RENDERED_WITH_PROGRESS_BARS = set()
 
 needs_chromium = pytest.mark.skipif(chromium() is None, reason="no headless Chromium (make test installs Debian's "
-                                                               "chromium-headless-shell when run as root)")
+                                                               "chromium when run as root)")
 
 
 def test_the_index_has_one_card_per_stage_with_its_question_figure_decisions_and_run_time(tmp_path):
@@ -68,3 +71,38 @@ def test_a_primary_result_leads_its_card_and_is_recorded_in_the_renderings_metad
     lead = index.index('<p class="primary">')
     assert lead < index.index("Its question.") and "Does A beat B?" in index[lead:]
     assert "Verdict: effect found</b> (positive)" in index
+
+
+def test_each_page_is_titled_by_its_notebook_links_to_the_index_and_folds_its_code(tmp_path):
+    import nbformat
+
+    for page in build(ROOT / "papermill_runs", tmp_path)[1:]:
+        nb = nbformat.read(ROOT / "papermill_runs" / f"{page.stem}.ipynb", as_version=4)
+        heading = next(c.source for c in nb.cells if c.cell_type == "markdown").splitlines()[0].lstrip("# ")
+        text = page.read_text(encoding="utf-8")
+        assert re.search(r"<title>(.*?)</title>", text).group(1).replace("&#x27;", "'") == heading
+        assert '<nav class="ifcore-nav"><a href="index.html">' in text and 'id="show-code"' in text
+
+
+FOLDED = """<script>
+window.addEventListener('load', () => {
+  const inputs = sel => [...document.querySelectorAll(sel + ' .jp-Cell-inputWrapper')]
+    .filter(e => getComputedStyle(e).display !== 'none').length;
+  const folded = inputs('.jp-CodeCell:not(.celltag_parameters):not(.celltag_injected-parameters)');
+  const params = inputs('.jp-CodeCell.celltag_parameters');
+  document.getElementById('show-code').checked = true;
+  const shown = inputs('.jp-CodeCell:not(.celltag_parameters):not(.celltag_injected-parameters)');
+  document.body.setAttribute('data-folded', JSON.stringify([folded, params, shown]));
+});
+</script>"""
+
+
+@needs_chromium
+def test_code_is_folded_in_a_browser_until_show_code_is_ticked(tmp_path):
+    page = build(ROOT / "papermill_runs", tmp_path)[1]
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", FOLDED + "</body>"), encoding="utf-8")
+    done = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=10000",
+                           "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=300)
+    folded, params, shown = json.loads(html.unescape(re.search(r'data-folded="([^"]*)"', done.stdout).group(1)))
+    assert folded == 0 and params == 1 and shown > 5  # hidden, the parameters aside; all there once ticked

@@ -1,5 +1,4 @@
 """ifcore.rewards: every formula against values worked by hand from the papers, and its properties."""
-import importlib
 import math
 
 import numpy as np
@@ -240,28 +239,26 @@ def test_score_response_total_on_any_text(text, think):
 
 
 def test_score_response_counts_a_regex_out_of_time(monkeypatch):
-    verify_module = importlib.import_module("ifcore.verify")
-    real = verify_module.verify
+    real = rewards.verify  # score_response's verifier
 
     def slow_regex(c, doc):  # as verify reports a label regex that ran out of REGEX_CPU_SECONDS
         v = real(c, doc)
         return Verdict(False, v.records, v.evidence, budget_exceeded=True) if c is E1 else v
 
-    monkeypatch.setattr(verify_module, "verify", slow_regex)
+    monkeypatch.setattr(rewards, "verify", slow_regex)
     out = rewards.score_response(R, [E1, E2, E4])
     assert out["over_budget"] == 1 and out["satisfied"] == [False, False, False]
 
 
 def test_score_response_reports_a_verifier_exception(monkeypatch):
-    verify_module = importlib.import_module("ifcore.verify")  # `ifcore.verify` is the function itself
-    real = verify_module.verify
+    real = rewards.verify
 
     def flaky(c, doc):
         if c is E2:
             raise RecursionError("deep")
         return real(c, doc)
 
-    monkeypatch.setattr(verify_module, "verify", flaky)
+    monkeypatch.setattr(rewards, "verify", flaky)
     out = rewards.score_response(R, [E1, E2, E4])
     assert out["errors"] == ["constraint 1: RecursionError: deep"] and out["verdicts"][1] is None
     assert out["satisfied"] == [True, False, False] and out["graded"][1] == 0.0

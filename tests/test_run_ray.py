@@ -52,7 +52,7 @@ def test_no_dashboard_is_named_before_anything_starts(tmp_path):
         with pytest.raises(ConnectionError, match=f"no Ray dashboard at {address} "):
             call()
     pytest.importorskip("torch")
-    from ifcore.train.sweep import run_arms
+    from ifcore.run.sweep import run_arms
 
     with pytest.raises(ConnectionError, match=f"no Ray dashboard at {address}"):
         run_arms(["cla"], [0], 2, tmp_path / "runs", config=TINY_RUN, backend="ray", address=address[7:])
@@ -222,7 +222,7 @@ def scenario(work: Path, report: Path) -> None:
     from ifcore.run import openrlhf
     from ifcore.run.curves import read_curves
     from ifcore.train.grpo import TIMING_KEYS
-    from ifcore.train.sweep import load_metrics, run_arms
+    from ifcore.run.sweep import load_metrics, run_arms
 
     address = os.environ["RAY_ADDRESS"]
     seen = {"seconds": {}}

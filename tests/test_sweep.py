@@ -1,4 +1,4 @@
-"""The sweep behind notebook 03 (ifcore.train.sweep): runs are identified by their configuration (a changed
+"""The sweep behind notebook 03 (ifcore.run.sweep): runs are identified by their configuration (a changed
 steps, learning rate or model size never shows an old run's rows), an interrupted or killed sweep leaves no
 trainer behind, a failed run is reported with its log tail while the others finish, and bad arguments are
 refused before anything starts.
@@ -25,7 +25,7 @@ pytest.importorskip("pandas")
 
 from ifcore.train.grpo import TIMING_KEYS, load_config, resolve_paths, run_identity  # noqa: E402
 from ifcore.train.sft import WarmStartConfig, default_assets  # noqa: E402
-from ifcore.train.sweep import finished, load_metrics, load_rollouts, run_arms  # noqa: E402
+from ifcore.run.sweep import finished, load_metrics, load_rollouts, run_arms  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 # Just enough warm start that rollouts earn rewards, so that a changed learning rate changes the rows.
@@ -151,7 +151,7 @@ def test_a_failed_run_is_reported_with_its_log_tail_and_the_others_finish(env, t
 SWEEP = """
 import json, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from ifcore.train.sweep import run_arms
+from ifcore.run.sweep import run_arms
 run_arms(["ila", "cla"], [0], 10_000, sys.argv[1], config=json.loads(sys.argv[2]), progress=False)
 """
 

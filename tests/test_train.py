@@ -13,6 +13,7 @@ import json
 import math
 import random
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -463,3 +464,45 @@ def test_an_interrupted_warm_start_leaves_nothing_and_a_killed_builders_folder_i
                                tmp_path / "run")
     assert status == 130 and err[-1] == "ifcore train: interrupted" and "Traceback" not in "\n".join(err)
     assert not list(tmp_path.glob(".building-*"))
+
+
+def _wandb_history(path: Path) -> list[dict]:
+    """The history rows of an offline W&B run file (run-ID.wandb): a ":W&B" header of 7 bytes, then LevelDB-log
+    records (32 KiB blocks; checksum, length, type, data; a Record proto split FIRST/MIDDLE/LAST across blocks)."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, pending, rows = path.read_bytes(), 7, b"", []
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
+            pos += 32768 - pos % 32768
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        pending = chunk if kind in (1, 2) else pending + chunk  # FULL or FIRST start a record
+        if kind in (1, 4):  # FULL or LAST end it
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            if record.WhichOneof("record_type") == "history":
+                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
+    return rows
+
+
+def test_a_run_records_its_code_and_logs_openrlhfs_keys_to_weights_and_biases_offline(assets, tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb: the tracking extra (make install brings it with dev)")
+    monkeypatch.setenv("IFCORE_WANDB_PROJECT", "ifcore-test")
+    monkeypatch.setenv("WANDB_MODE", "offline")  # nothing leaves the machine; `wandb sync` would upload it
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    rows = _run(assets, tmp_path / "w", reward="scopeif", steps=2)
+    code = json.loads((tmp_path / "w" / "config.json").read_text())["code"]
+    assert len(code["commit"]) == 40 and isinstance(code["dirty"], bool)  # this checkout's HEAD
+    runs = list((tmp_path / "w" / "wandb").glob("offline-run-*/run-w.wandb"))
+    assert len(runs) == 1  # the W&B run's id is the run folder's name: a resume logs into it again
+    logged = _wandb_history(runs[0])
+    assert [(r.get("train/global_step"), r.get("eval/global_step")) for r in logged] == [
+        (None, 0), (1, None), (2, None), (None, 2)]  # as metrics.jsonl: eval 0, train 1, train 2, eval 2
+    train, ev = logged[2], logged[3]
+    assert train["train/rollout/reward_mean"] == pytest.approx(rows[2]["reward_mean"])  # OpenRLHF's names
+    assert train["train/kl"] == pytest.approx(rows[2]["kl"]) and train["train/cla"] == pytest.approx(rows[2]["csr"])
+    assert train["train/identical_pair_fraction"] == pytest.approx(rows[2]["identical_pair_fraction"])  # ifcore's own
+    assert ev["eval/eval_isr"] == pytest.approx(rows[3]["eval_isr"])

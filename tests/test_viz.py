@@ -300,3 +300,23 @@ def test_a_policy_whose_plans_all_collapsed_is_said_in_a_sentence():
     assert viz.collapse_notes(samples) == [
         "GRPO (RAIF reward): all 3 sampled responses have an empty plan (0 reasoning tokens): its reasoning collapsed "
         "in this run (the per-seed reasoning length below shows whether other seeds did too)."]
+
+
+def test_record_curve_marks_each_measurement_on_the_curve_of_its_range():
+    from ifcore import rewards
+    from ifcore.verify import Record
+
+    records = [Record(None, 4, 3, (0, 1)), Record(None, 4, 7, (2, 3)), Record(None, 4, 9, (4, 5))]
+    fig, ax = plt.subplots()
+    viz.record_curve(ax, records, alpha=3.0)
+    points = {tuple(p) for c in ax.collections for p in c.get_offsets()}
+    assert points == {(r.actual, rewards.graded(None, 4, r.actual, 3.0)) for r in records}
+    x, y = ax.lines[0].get_data()
+    assert x.max() >= 9 and y.max() == 1.0 and y.min() < rewards.graded(None, 4, 9, 3.0)
+    moved = plt.subplots()[1]
+    viz.record_curve(moved, records, alpha=6.0)  # the slider's move: the violated records' r fall
+    assert {tuple(p) for c in moved.collections for p in c.get_offsets()} != points
+    empty = plt.subplots()[1]
+    viz.record_curve(empty, [Record(1, None, None, (0, 0))], alpha=3.0)
+    assert not empty.lines and "no measured segment" in empty.texts[0].get_text()
+    plt.close("all")

@@ -12,7 +12,7 @@ Two hand-written sets, both judged by reading the instruction, never by running 
   why; it is listed as unsatisfiable.
 - probes (tests/data/scopeif_probes.jsonl): `{"instruction_id", "constraint_index", "response", "expected":
   bool, "reason"}`: one constraint, one response with the ordinary features of real answers, the reader's
-  verdict and why. Agreement with the verifier is the fidelity figure of the README.
+  verdict and why. Agreement with the verifier is the fidelity figure of docs/verification.md.
 """
 from __future__ import annotations
 

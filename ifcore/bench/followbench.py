@@ -318,7 +318,9 @@ def evaluate(responses_path: str | Path, output_dir: str | Path, judge=None, jud
                                       for lv in range(1, 6)}) for t in TYPES}
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "verdicts.jsonl", "w", encoding="utf-8") as f:
+    # backslashreplace: a lone surrogate in a response (UTF-8 cannot hold it) is written as its JSON escape, \ud800,
+    # which reads back as the same string; one bad response never stops the evaluation.
+    with open(out / "verdicts.jsonl", "w", encoding="utf-8", errors="backslashreplace") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

@@ -1401,7 +1401,7 @@ def evaluate(responses_path: str | Path, output_dir: str | Path, mode: str = "of
         summary["skipped"] = skipped
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "verdicts.jsonl", "w", encoding="utf-8") as f:
+    with open(out / "verdicts.jsonl", "w", encoding="utf-8", errors="backslashreplace") as f:  # a lone surrogate: its escape
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

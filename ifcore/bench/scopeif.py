@@ -181,7 +181,7 @@ def evaluate(responses_path: str | Path, output_dir: str | Path, test_path=None,
     summary = {**metrics(picked, verdicts), "missing_responses": len(instances) - len(chosen)}
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "verdicts.jsonl", "w", encoding="utf-8") as f:
+    with open(out / "verdicts.jsonl", "w", encoding="utf-8", errors="backslashreplace") as f:  # a lone surrogate: its escape
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

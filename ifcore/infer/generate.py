@@ -197,7 +197,8 @@ def generate_jsonl(model, input_path, output_path, params: GenParams | None = No
     backend = Local(model) if isinstance(model, (str, os.PathLike)) else model
     params = params or GenParams()
     Path(output_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(output_path, "w", encoding="utf-8") as out, \
+    # backslashreplace: an endpoint's lone surrogate (a JSON "\ud800") is written as that escape and reads back the same
+    with open(output_path, "w", encoding="utf-8", errors="backslashreplace") as out, \
             progress_bar(desc=f"generate {backend.model_id}", total=len(rows), enabled=progress) as bar:
         for start in range(0, len(rows), chunk):
             responses = _generate(backend, inputs[start:start + chunk], params, cache, bar)
@@ -243,7 +244,7 @@ def _generate(backend, inputs: list, params: GenParams, cache: bool, bar) -> lis
         results = backend.complete([todo[k][0] for k in batch], params, [params.seed + todo[k][1] for k in batch])
         done.update(zip(batch, results))
         if cache:
-            with open(path, "a", encoding="utf-8") as f:
+            with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
                 f.writelines(json.dumps({"key": k, "response": text, "tokens": n}, ensure_ascii=False) + "\n"
                              for k, (text, n) in zip(batch, results))
         finished = set(batch)

@@ -1,4 +1,8 @@
-"""Job backends behind the stage notebooks (`run_arms(..., backend=...)` of ifcore.train.sweep):
+"""What drives the trainer: the sweep the stage notebooks run, and its job backends.
+
+- `sweep.py`: arms x seeds of `ifcore train` in child processes (`run_arms(..., backend=...)`), each run in a
+  directory keyed by its configuration (reused only when that matches), one progress bar, children stopped on
+  interrupt.
 
 - `ray_jobs.py`: a Ray cluster's job API over plain HTTP (submit, status, logs, stop, wait); no ray package on the
   client. Backend "ray" submits each run's `python -m ifcore train --config RUN/run_config.json` through it.
@@ -7,5 +11,5 @@
 - `curves.py`: an OpenRLHF run's TensorBoard events (or its stdout) as rows of the embedded trainer's
   metrics.jsonl schema, so that every figure is drawn the same way from either engine.
 
-This part may import train (for the local backend) and integrations; integrations never import it.
+This part may import train (for the local backend) and integrations; neither imports it.
 """

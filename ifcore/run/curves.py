@@ -42,15 +42,10 @@ import math
 import re
 from pathlib import Path
 
+from ifcore.tracking import OPENRLHF_NAMES
+
 PREFIX = "openrlhf/"
-RENAMES = {
-    "rollout/reward_mean": "reward_mean", "rollout/reward_std": "reward_std",
-    "rollout/response_length_mean": "response_len", "rollout/truncated_rate": "truncated_fraction",
-    "kl": "kl", "entropy_loss": "entropy", "ppo_clip_ratio": "clip_fraction", "actor_grad_norm": "grad_norm",
-    "timing/step_total": "step_seconds", "cla": "csr",
-    "eval_response_length_mean": "eval_response_len", "eval_truncated_rate": "eval_truncated_fraction",
-    "raif_keep": "keep_ratio", "cot_reward_mean": "cot_reward_mean", "nothink_reward_mean": "nothink_reward_mean",
-}
+RENAMES = OPENRLHF_NAMES  # one table, kept in ifcore.tracking (its W&B logger writes these names)
 _TRANSFORMS = {"format_fail": ("format_ok", lambda v: 1.0 - v)}
 _LINES = {  # the PPO trainer actor's log lines (openrlhf/trainer/ppo_trainer.py, ppo_trainer_async.py)
     "train": re.compile(r"Global step (\d+): (\{.*)$"),

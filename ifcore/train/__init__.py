@@ -6,10 +6,9 @@
   cache of default assets (`$IFCORE_CACHE`, default `~/.cache/ifcore`).
 - `grpo.py`: `TrainConfig` (validated on load) and the loop behind `ifcore train` (metrics.jsonl, TensorBoard,
   checksummed checkpoints, exact resume, a lock per run directory).
-- `sweep.py`: arms x seeds of `ifcore train` in child processes, each run in a directory keyed by its
-  configuration (reused only when that matches), one progress bar, children stopped on interrupt.
 
-Needs the `train` extra (torch, transformers, tokenizers, tensorboard, tqdm); the core never imports it.
+Needs the `train` extra (torch, transformers, tokenizers, tensorboard, tqdm); the core never imports it, and it never
+imports ifcore.run (which drives it: ifcore.run.sweep runs arms x seeds of it).
 """
 
 # Part of every run's identity (grpo.run_identity) and of the cache key of the default assets (sft.default_assets):

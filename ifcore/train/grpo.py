@@ -50,6 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ifcore import tracking
 from ifcore.advantages import superior_cot_keep
 from ifcore.rtt_labels import criteria_text
 from ifcore.train import TRAINER_VERSION
@@ -556,7 +557,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
         if start:
             _say(progress, f"{out}: resuming from {checkpoints[-1].name} (step {start} of {cfg.steps})"
                            + (f"; extending the run from {there['steps']} to {cfg.steps} steps" if extend else ""))
-        (out / "config.json").write_text(json.dumps({"key": key, "identity": identity, "paths": paths}, indent=1))
+        # The code that ran it (not part of the identity: a commit alone changes no number the identity fixes).
+        (out / "config.json").write_text(json.dumps({"key": key, "identity": identity, "paths": paths,
+                                                     "code": tracking.code_version()}, indent=1))
         if cfg.lora_r:  # adapters on the model, whose own weights stay frozen: they are the reference too
             policy, tokenizer, reference = load_lora_policy(paths["model"], device, cfg.lora_r, cfg.lora_alpha,
                                                             cfg.lora_targets, checkpoints[-1] if checkpoints else None,
@@ -607,6 +610,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                             if row is not None and row["step"] <= start]
             path.write_text("".join(json.dumps(row) + "\n" for row in kept))
         writer = SummaryWriter(str(out), purge_step=start + 1 if start else None)
+        tracker = tracking.wandb_run(out, out.name, identity)  # None unless IFCORE_WANDB_PROJECT is set
 
         def log(row: dict) -> None:
             samples = row.pop("samples", [])
@@ -618,6 +622,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 if k not in ("type", "step") and isinstance(v, (int, float)):
                     writer.add_scalar(f"{row['type']}/{k}", v, row["step"])
             writer.flush()
+            if tracker is not None:
+                tracker.log(tracking.openrlhf_row(row))
 
         if start == 0:
             log(evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=0))
@@ -755,6 +761,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
                 for old in sorted((out / "checkpoints").glob("step_*[0-9]"))[:-2]:  # keep the last two
                     shutil.rmtree(old)
         writer.close()
+        if tracker is not None:
+            tracker.finish()
         last = next((r for r in reversed(read_jsonl(metrics_path)) if r["type"] == "eval"), None)
         _say(progress, f"done: {cfg.steps} steps" + (f"; held-out ISR {last['eval_isr']:.3f}, CSR {last['eval_csr']:.3f}"
                                                    f" at step {last['step']}" if last else "")
