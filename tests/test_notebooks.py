@@ -108,15 +108,7 @@ def committed_changes(repo: Path) -> str:
     return before + git(repo, "diff", "--cached") + git(repo, "status", "--porcelain")
 
 
-# Committed before the filter, with the display name "Python 3" where JupyterLab writes ipykernel's "Python 3
-# (ipykernel)" (and 01 with one cell's keys out of order, which the filter sorts), so a save shows that one-time
-# change. Set that name and commit them through the filter once (strict: this fails then, so that the mark goes).
-NOT_YET_NORMALIZED = {"01_cot_preliminary_study.ipynb", "02_raif_superior_cot.ipynb",
-                      "03_scopeif_graded_reward.ipynb", "04_rtt_token_rewards.ipynb"}
-
-
-@pytest.mark.parametrize("name", [pytest.param(p.name, marks=pytest.mark.xfail(
-    p.name in NOT_YET_NORMALIZED, strict=True, reason="stored before the filter; renormalize once")) for p in NOTEBOOKS])
+@pytest.mark.parametrize("name", [p.name for p in NOTEBOOKS])
 def test_a_save_with_outputs_changes_nothing_git_records(filtered_clone, name):
     path = filtered_clone / "notebooks" / name
     nb = nbformat.read(path, as_version=4)
