@@ -16,6 +16,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -466,12 +467,14 @@ def test_an_interrupted_warm_start_leaves_nothing_and_a_killed_builders_folder_i
     assert not list(tmp_path.glob(".building-*"))
 
 
-def _wandb_history(path: Path) -> list[dict]:
-    """The history rows of an offline W&B run file (run-ID.wandb): a ":W&B" header of 7 bytes, then LevelDB-log
-    records (32 KiB blocks; checksum, length, type, data; a Record proto split FIRST/MIDDLE/LAST across blocks)."""
+def _wandb_history(path: Path) -> list[dict] | None:
+    """The history rows of an offline W&B run file (run-ID.wandb), or None until the file holds the run's exit
+    record (wandb's own process may still be writing it when finish() returns). The file: a ":W&B" header of 7
+    bytes, then LevelDB-log records (32 KiB blocks; checksum, length, type, data; a Record proto split
+    FIRST/MIDDLE/LAST across blocks)."""
     from wandb.proto import wandb_internal_pb2
 
-    data, pos, pending, rows = path.read_bytes(), 7, b"", []
+    data, pos, pending, rows, ended = path.read_bytes(), 7, b"", [], False
     assert data[:4] == b":W&B"
     while pos + 7 <= len(data):
         if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
@@ -483,9 +486,10 @@ def _wandb_history(path: Path) -> list[dict]:
         if kind in (1, 4):  # FULL or LAST end it
             record = wandb_internal_pb2.Record()
             record.ParseFromString(pending)
+            ended |= record.WhichOneof("record_type") == "exit"
             if record.WhichOneof("record_type") == "history":
                 rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
-    return rows
+    return rows if ended else None
 
 
 def test_a_run_records_its_code_and_logs_openrlhfs_keys_to_weights_and_biases_offline(assets, tmp_path, monkeypatch):
@@ -498,7 +502,10 @@ def test_a_run_records_its_code_and_logs_openrlhfs_keys_to_weights_and_biases_of
     assert len(code["commit"]) == 40 and isinstance(code["dirty"], bool)  # this checkout's HEAD
     runs = list((tmp_path / "w" / "wandb").glob("offline-run-*/run-w.wandb"))
     assert len(runs) == 1  # the W&B run's id is the run folder's name: a resume logs into it again
-    logged = _wandb_history(runs[0])
+    deadline = time.monotonic() + 120
+    while (logged := _wandb_history(runs[0])) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert logged is not None, "the offline run file never got its exit record"
     assert [(r.get("train/global_step"), r.get("eval/global_step")) for r in logged] == [
         (None, 0), (1, None), (2, None), (None, 2)]  # as metrics.jsonl: eval 0, train 1, train 2, eval 2
     train, ev = logged[2], logged[3]
