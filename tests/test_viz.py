@@ -245,7 +245,8 @@ def test_raif_conclusions_decide_one_family_and_rank_nothing_undecided():
     assert "The 26 comparisons below are one family" in lines[1] and len(lines) == 28
     kl = [line.split(" = ")[0] for line in lines if line.startswith("KL to the initial policy")]
     assert kl == ["KL to the initial policy over the last third of training, + BC only minus GRPO (RAIF reward)",
-                  "KL to the initial policy over the last third of training, + superior CoT + BC minus + superior CoT"]
+                  "KL to the initial policy over the last third of training, + superior CoT (the authors') + BC minus "
+                  "+ superior CoT (the authors')"]
     assert not any(w in " ".join(lines) for w in ("Highest", "best", "next:"))
 
 
