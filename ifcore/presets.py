@@ -1,7 +1,8 @@
 """Each stage notebook's sizes as named data, one table: `quick` is what Run All with no edits runs (about two
 minutes on two cores, a small policy: it shows every figure, decides nothing), `full` what `make reproduce` runs
 (the design powered for the notebook's primary question), `test` what the test suite runs (seconds). A notebook's
-parameters left at None take the preset's value; a parameter given explicitly wins (`fill`).
+parameters left at None take the preset's value; a parameter given explicitly wins (`fill`, which also sets the full
+design's seed count from the power analysis).
 """
 from __future__ import annotations
 
@@ -47,10 +48,13 @@ PRESETS = {
 }
 
 
-def fill(notebook: str, preset: str, namespace: dict) -> dict:
-    """Set each of the notebook's parameters that is None in `namespace` (its globals) to the preset's value, and
-    return {name: value} of what the preset set. An unknown notebook or preset is a ValueError naming the known
-    ones."""
+def fill(notebook: str, preset: str, namespace: dict) -> str:
+    """Set each of the notebook's parameters that is None in `namespace` (its globals) to the preset's value; then,
+    where `seeds` is still None (the full design), as many seeds as the power analysis asks for at the notebook's
+    `sesoi`, `pilot`, `alpha` and `power` (ifcore.stats.seeds_for_power). Returns what it did, for the notebook to
+    print. An unknown notebook or preset is a ValueError naming the known ones."""
+    from ifcore.stats import seeds_for_power
+
     if notebook not in PRESETS:
         raise ValueError(f"presets: no presets for notebook {notebook!r} (known: {', '.join(PRESETS)})")
     table = PRESETS[notebook]
@@ -58,4 +62,11 @@ def fill(notebook: str, preset: str, namespace: dict) -> dict:
         raise ValueError(f"preset {preset!r}: notebook {notebook} has {', '.join(table)}")
     taken = {k: v for k, v in table[preset].items() if namespace.get(k) is None}
     namespace.update(taken)
-    return taken
+    n = namespace
+    plan = seeds_for_power(n["sesoi"], n["pilot"]["sd"], n["alpha"], n["power"])
+    if n["seeds"] is None:
+        n["seeds"] = list(range(plan["seeds"]))
+    return (f"preset {preset!r}: " + ", ".join(f"{k}={v!r}" for k, v in taken.items() if v is not None)
+            + f"\npower analysis: {plan['seeds']} seeds give power {plan['power_found']:.2f} to find a difference of "
+            f"{n['sesoi']} and {plan['power_equivalence']:.2f} to exclude one, at the pilot's sd {n['pilot']['sd']} "
+            f"({n['pilot']['source']}); this run: {len(n['seeds'])} seeds")
