@@ -157,9 +157,10 @@ reproduce: $(STAMP) $(SMOLLM2_WHEEL_DIR) $(VLLM_STAMP)
 	$(PAPERMILL) notebooks/02_raif_superior_cot.ipynb papermill_runs/02_raif_superior_cot.ipynb -p preset full
 	$(MAKE) report
 
-# The executed notebooks as an HTML site with an index (report/index.html), readable offline; seconds.
+# The executed notebooks as an HTML site with an index (report/index.html), readable offline, and the results page
+# (docs/results.md) and README block generated from them; seconds.
 report: $(STAMP)
-	$(VENV)/bin/ifcore report --input papermill_runs --output-dir report
+	$(VENV)/bin/ifcore report --input papermill_runs --output-dir report --results docs/results.md --readme README.md
 
 bench: $(STAMP)
 	$(VENV)/bin/ifcore bench verify

@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                                       "(make report)")
     p.add_argument("--input", default="papermill_runs", help="folder of executed notebooks (default: papermill_runs)")
     p.add_argument("--output-dir", default="report", help="where the site is written (default: report)")
+    p.add_argument("--results", metavar="PAGE", help="also write the results page generated from the renderings "
+                                                     "(make report: docs/results.md) and the README's results block")
+    p.add_argument("--readme", default="README.md", help="with --results: the README whose block is rewritten")
 
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
     p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train", "muldimif",
@@ -365,6 +368,11 @@ def _run(args) -> int:
 
         pages = build(args.input, args.output_dir)
         print(f"{pages[0]} and {len(pages) - 1} notebook pages")
+        if args.results:
+            from ifcore.report import write_results
+
+            write_results(args.input, args.results, args.readme)
+            print(f"{args.results} and the results block of {args.readme}, from {args.input}")
         return 0
     if args.command == "compare":
         from ifcore.viz import compare_runs

@@ -1,6 +1,8 @@
 """Each stage notebook's sizes as named data, one table: `quick` is what Run All with no edits runs (about two
 minutes on two cores, a small policy: it shows every figure, decides nothing), `full` what `make reproduce` runs
-(the design powered for the notebook's primary question), `test` what the test suite runs (seconds). A notebook's
+(the design powered for the notebook's primary question; every seed shares the one default warm start, built once
+in about 4 minutes of both cores, and evaluations between the first and the last are few: they draw curves, the
+endpoint is the last), `test` what the test suite runs (seconds). A notebook's
 parameters left at None take the preset's value; a parameter given explicitly wins (`fill`, which also sets the full
 design's seed count from the power analysis).
 """
@@ -22,7 +24,10 @@ PRESETS = {
                  "train_config": TINY_RUN},
         "quick": {"seeds": [0, 1], "exploratory": [], "steps": 6, "model_size": {**QUICK_POLICY, "raif_share": 1.0},
                   "train_config": {**QUICK_RUN, "max_new_tokens": 96}},
-        "full": {"seeds": None, "exploratory": [], "steps": 24, "model_size": {}, "train_config": {}},
+        # every held-out prompt, at step 0 and at the end only: the endpoint's sampling sd down by a factor sqrt(2) for
+        # about the price of four evaluations of half the prompts (the first pilot's design)
+        "full": {"seeds": None, "exploratory": [], "steps": 24, "model_size": {},
+                 "train_config": {"eval_prompts": 256, "eval_every": 24}},
     },
     "03_scopeif_graded_reward": {
         "test": {"seeds": [0, 1], "exploratory": ["ila"], "steps": 3, "model_size": TINY_POLICY,
@@ -30,7 +35,7 @@ PRESETS = {
         "quick": {"seeds": [0, 1], "exploratory": [], "steps": 10, "model_size": QUICK_POLICY,
                   "train_config": QUICK_RUN},
         # seeds None: as many as the power analysis asks for (stats.seeds_for_power at the pilot's sd)
-        "full": {"seeds": None, "exploratory": [], "steps": 40, "model_size": {}, "train_config": {}},
+        "full": {"seeds": None, "exploratory": [], "steps": 40, "model_size": {}, "train_config": {"eval_every": 20}},
     },
     "04_rtt_token_rewards": {
         "test": {"seeds": [0, 1], "exploratory": ["rtt_disc"], "exploratory_seeds": [0], "steps": 2,
@@ -42,8 +47,8 @@ PRESETS = {
                   "discriminator": {"instructions": 60, "steps": 60, "batch_size": 16, "eval_every": 30,
                                     "max_new_tokens": 48}},
         "full": {"seeds": None, "exploratory": ["rtt_disc", "rtt_disc_floor", "random"],
-                 "exploratory_seeds": [0, 1, 2, 3], "steps": 20, "model_size": {},
-                 "train_config": {"eval_every": 5, "eval_prompts": 128}, "discriminator": {}},
+                 "exploratory_seeds": [0, 1, 2], "steps": 20, "model_size": {},
+                 "train_config": {"eval_every": 10, "eval_prompts": 128}, "discriminator": {}},
     },
 }
 

@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 
 from ifcore import rewards, stats
-from ifcore.report import PRIMARY_MIME  # show_primary's output, which `ifcore report` records in metadata
+# show_primary's output, which `ifcore report` records in metadata and writes into docs/results.md
+from ifcore.report import PRIMARY_MIME, primary_markdown  # noqa: F401 - primary_markdown is viz's too
 from ifcore.jsonl import read_jsonl
 from ifcore.schema import Constraint, parse_label, scope_selector
 
@@ -988,29 +989,6 @@ def compare_runs(paths, level: float = 0.95, resamples: int = 10_000) -> list[st
 
 # ---- the primary question ------------------------------------------------------------------------------------------
 
-
-
-def primary_markdown(result: dict) -> str:
-    """The primary result (stats.primary_result) as a reader's paragraph: the question, the design and its power,
-    the estimate with both intervals, and the three-valued verdict, each number from `result`."""
-    r = {k: math.nan if v is None else v for k, v in result.items()}  # None: a number one seed cannot give
-    pct = _pct(1 - r["alpha"])
-    verdict = {stats.FOUND: f"**effect found ({r['direction']})**" + (
-                   f", smaller than the smallest effect of interest ({r['sesoi']:g})" if r["below_sesoi"] else ""),
-               stats.EQUIVALENT: f"**no effect as large as {r['sesoi']:g}** (TOST)",
-               stats.UNDECIDED: "**undecided**: neither an effect nor its absence at this size is shown"}[r["verdict"]]
-    planned = (f"{r['planned_seeds']} seeds give power {r['power']:g} to decide it either way at the pilot's sd "
-               f"({r['pilot']['sd']:.4g}, {r['pilot']['source']})")
-    ran = (f"this run has {r['seeds']} seeds (power {r['power_found']:.2f} to find {r['sesoi']:g}, "
-           f"{r['power_equivalence']:.2f} to exclude it"
-           + (": fewer than planned, a preset smaller than the full one)" if r["seeds"] < r["planned_seeds"] else ")"))
-    return (f"**Primary question** (registered before the run): {r['question']}  \n"
-            f"Endpoint: {r['endpoint']}; comparison: {r['comparison']}; smallest effect of interest "
-            f"{r['sesoi']:g}; alpha {r['alpha']:g}. Design: {planned}; {ran}.  \n"
-            f"Estimate {r['estimate']:+.4f}, {pct} t-interval {r['ci_lo']:+.4f} to {r['ci_hi']:+.4f} "
-            f"(t-test p = {r['p']:.3g}); {_pct(1 - 2 * r['alpha'])} interval {r['tost_lo']:+.4f} to "
-            f"{r['tost_hi']:+.4f} (TOST p = {r['p_tost']:.3g}); seed-to-seed sd of the difference {r['sd']:.4f}.  \n"
-            f"Verdict: {verdict}.")
 
 
 def show_primary(result: dict) -> None:

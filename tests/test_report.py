@@ -58,7 +58,7 @@ def test_a_primary_result_leads_its_card_and_is_recorded_in_the_renderings_metad
                                    "sesoi": 0.03, "alpha": 0.05}, [0.05, 0.04, 0.06, 0.05], {"sd": 0.02, "n": 3,
                                                                                              "source": "a pilot"})
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# 09 · A stage\n\nIts question."),
+    nb.cells = [nbformat.v4.new_markdown_cell("# 02 · A stage\n\nIts question."),
                 nbformat.v4.new_code_cell("viz.show_primary(result)", outputs=[nbformat.v4.new_output(
                     "display_data", data={"text/markdown": viz.primary_markdown(result), viz.PRIMARY_MIME: result})])]
     runs = tmp_path / "runs"
@@ -71,6 +71,34 @@ def test_a_primary_result_leads_its_card_and_is_recorded_in_the_renderings_metad
     lead = index.index('<p class="primary">')
     assert lead < index.index("Its question.") and "Does A beat B?" in index[lead:]
     assert "Verdict: effect found</b> (positive)" in index
+
+    # The results page and the README block are generated from the same data: the row, the paragraph, the limits.
+    from ifcore.report import RESULTS_BEGIN, RESULTS_END, write_results
+
+    (runs / "09_stage.ipynb").rename(runs / "02_stage.ipynb")
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n\nno block here\n")
+    with pytest.raises(ValueError, match="no results block"):
+        write_results(runs, tmp_path / "results.md", readme)
+    readme.write_text(f"# Title\n\n## Results\n\n{RESULTS_BEGIN}\nold\n{RESULTS_END}\n\n## Next\n")
+    write_results(runs, tmp_path / "results.md", readme)
+    block = readme.read_text()
+    assert block.startswith("# Title\n\n## Results\n\n") and block.endswith(f"{RESULTS_END}\n\n## Next\n")
+    assert "\nold\n" not in block and "| 02 | A minus B | 0.03 | 4 | +0.0500 (" in block and "effect found (positive)" in block
+    page = (tmp_path / "results.md").read_text()
+    assert "## 02 · A stage" in page and viz.primary_markdown(result) in page
+    assert "Nothing besides the primary question is decided." in page
+
+
+def test_the_results_page_and_the_readme_block_are_the_committed_renderings_own():
+    """docs/results.md and the README's results block are what `make report` generates from the committed
+    renderings (ifcore.report.results), so neither can say what the renderings do not."""
+    from ifcore.report import RESULTS_BEGIN, RESULTS_END, results
+
+    page, block = results(ROOT / "papermill_runs")
+    assert (ROOT / "docs" / "results.md").read_text(encoding="utf-8") == page + "\n"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme[readme.index(RESULTS_BEGIN):readme.index(RESULTS_END) + len(RESULTS_END)] == block
 
 
 def test_each_page_is_titled_by_its_notebook_links_to_the_index_and_folds_its_code(tmp_path):
