@@ -88,6 +88,9 @@ def machine() -> str:
             return "absent"
 
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
-    return (f"machine: {cpu} ({', '.join(shown) or 'no AVX2'}), {os.cpu_count()} cores, OMP_NUM_THREADS {threads}; "
+    # torch's vectorized kernels can be held to a lower instruction set: other float results, as on an older CPU
+    kernels = f", ATEN_CPU_CAPABILITY {os.environ['ATEN_CPU_CAPABILITY']}" if os.environ.get("ATEN_CPU_CAPABILITY") else ""
+    return (f"machine: {cpu} ({', '.join(shown) or 'no AVX2'}), {os.cpu_count()} cores, OMP_NUM_THREADS {threads}"
+            f"{kernels}; "
             f"torch {version('torch')}, transformers {version('transformers')}, python {platform.python_version()}; "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")

@@ -209,6 +209,23 @@ def read_rows(path: str) -> list[tuple[str, list]]:
 EVAL_SAMPLES_KEPT = 4  # held-out completions written to samples.jsonl at each evaluation
 
 
+# What a step-0 evaluation depends on besides the weights and the held-out data (both in the run identity by their
+# sha256): the arms of one seed differ only in fields that act from step 1 on, so they share it.
+EVAL_FIELDS = ("reward", "think", "alpha", "eval_prompts", "eval_samples", "max_new_tokens", "temperature", "top_p",
+               "seed", "generate_batch", "precision", "threads", "lora_r", "lora_alpha", "lora_targets",
+               "model_sha256", "test_data_sha256", "trainer_version", "synth_version", "verify_version")
+
+
+def _step0_file(identity: dict, device) -> Path:
+    """Where the step-0 evaluation row of runs with these EVAL_FIELDS lies in the cache ($IFCORE_CACHE/evals);
+    the device, torch's version and its kernel level count too (other float results)."""
+    from ifcore.train.sft import cache_dir
+
+    key = {k: identity.get(k) for k in EVAL_FIELDS} | {
+        "device": str(device), "torch": torch.__version__, "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "")}
+    return cache_dir() / "evals" / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16] + ".json")
+
+
 def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: int) -> dict:
     """Held-out ISR, CSR and CSR per ScopeIF selector (ScopeIF eq. 11-12), decoded two ways.
 
@@ -625,8 +642,18 @@ def train(cfg: TrainConfig, progress: bool = True) -> Path:
             if tracker is not None:
                 tracker.log(tracking.openrlhf_row(row))
 
-        if start == 0:
-            log(evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=0))
+        if start == 0:  # every arm of a seed evaluates the same initial policy the same way: once, then reused
+            first = _step0_file(identity, device)
+            if first.exists():
+                t_read = time.time()
+                row = {**json.loads(first.read_text()), "eval_seconds": round(time.time() - t_read, 3)}
+            else:
+                row = evaluate(policy, tokenizer, test_rows, cfg, device, autocast, step=0)
+                first.parent.mkdir(parents=True, exist_ok=True)
+                part = first.with_name(f"{first.name}.{os.getpid()}")
+                part.write_text(json.dumps(row))
+                os.replace(part, first)  # whole or absent: a reader never sees half a row
+            log(row)
 
         B, G = cfg.prompts_per_step, cfg.group_size
         bar = progress_bar(range(start + 1, cfg.steps + 1), desc=f"grpo {cfg.reward}", initial=start,
