@@ -47,7 +47,7 @@ def test_every_marked_number_is_in_its_rendering():
     texts = {path.name: path.read_text(encoding="utf-8") for path in DOCUMENTS}
     blocks = [block for text in texts.values() for block in BLOCK.findall(text)]
     assert {name for name, _ in blocks} == {f"papermill_runs/{p.name}" for p in (ROOT / "papermill_runs").glob("0[1-4]*")}
-    assert sum(len(NUMBER.findall(text)) for _, text in blocks) > 100
+    assert sum(len(NUMBER.findall(text)) for _, text in blocks) > 50  # the primaries and the decided lines
     assert {name: drift(text) for name, text in texts.items() if drift(text)} == {}
 
 
