@@ -366,8 +366,8 @@ def test_a_second_trainer_on_a_run_directory_is_refused(assets, tmp_path):
 
 
 def test_the_step0_evaluation_is_computed_once_per_initial_policy_and_seed(assets, tmp_path, monkeypatch):
-    """Arms that differ only in what acts from step 1 on (here the learning rate and the reward's aggregation
-    inside one reward kind's prompt format) share the step-0 evaluation: the second run reuses the first's row,
+    """Arms that differ only in what acts from step 1 on (here the learning rate and the reward kind, RAIF's aside)
+    share the step-0 evaluation: the second run reuses the first's row,
     the same numbers; another seed, or other evaluation settings, evaluate anew."""
     from ifcore.train import grpo
 
@@ -376,7 +376,7 @@ def test_the_step0_evaluation_is_computed_once_per_initial_policy_and_seed(asset
     real = grpo.evaluate
     monkeypatch.setattr(grpo, "evaluate", lambda *a, **k: calls.append(k["step"]) or real(*a, **k))
     a = _run(assets, tmp_path / "a", steps=1, reward="cla")
-    b = _run(assets, tmp_path / "b", steps=1, reward="cla", lr=1e-3)
+    b = _run(assets, tmp_path / "b", steps=1, reward="scopeif", lr=1e-3)
     assert calls == [0, 1, 1] and _without_timings(a[:1]) == _without_timings(b[:1])
     _run(assets, tmp_path / "c", steps=1, reward="cla", seed=1)
     _run(assets, tmp_path / "d", steps=1, reward="cla", eval_samples=1)

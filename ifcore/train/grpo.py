@@ -210,8 +210,9 @@ EVAL_SAMPLES_KEPT = 4  # held-out completions written to samples.jsonl at each e
 
 
 # What a step-0 evaluation depends on besides the weights and the held-out data (both in the run identity by their
-# sha256): the arms of one seed differ only in fields that act from step 1 on, so they share it.
-EVAL_FIELDS = ("reward", "think", "alpha", "eval_prompts", "eval_samples", "max_new_tokens", "temperature", "top_p",
+# sha256) and whether the reward is RAIF's: the arms of one seed differ only in fields that act from step 1 on (the
+# other reward kinds judge held-out answers alike), so they share it.
+EVAL_FIELDS = ("think", "alpha", "eval_prompts", "eval_samples", "max_new_tokens", "temperature", "top_p",
                "seed", "generate_batch", "precision", "threads", "lora_r", "lora_alpha", "lora_targets",
                "model_sha256", "test_data_sha256", "trainer_version", "synth_version", "verify_version")
 
@@ -222,6 +223,7 @@ def _step0_file(identity: dict, device) -> Path:
     from ifcore.train.sft import cache_dir
 
     key = {k: identity.get(k) for k in EVAL_FIELDS} | {
+        "raif": identity.get("reward") == "raif",  # RAIF's prompts and reward; the other kinds evaluate alike
         "device": str(device), "torch": torch.__version__, "kernels": os.environ.get("ATEN_CPU_CAPABILITY", "")}
     return cache_dir() / "evals" / (hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16] + ".json")
 
