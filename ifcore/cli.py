@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", default="report", help="where the site is written (default: report)")
     p.add_argument("--results", metavar="PAGE", help="also write the results page generated from the renderings "
                                                      "(make report: docs/results.md) and the README's results block")
-    p.add_argument("--readme", default="README.md", help="with --results: the README whose block is rewritten")
+    p.add_argument("--readme", default="README.md", help="with --results: the README whose block is rewritten "
+                                                         "(default: README.md)")
 
     p = sub.add_parser("bench", help="speed benchmarks; run under `taskset -c 0` for one core")
     p.add_argument("what", choices=["verify", "rewards", "ifeval", "generate", "sandbox", "train", "muldimif",
