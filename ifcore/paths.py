@@ -89,7 +89,8 @@ def machine() -> str:
 
     threads = os.environ.get("OMP_NUM_THREADS", "unset")
     # torch's vectorized kernels can be held to a lower instruction set: other float results, as on an older CPU
-    kernels = f", ATEN_CPU_CAPABILITY {os.environ['ATEN_CPU_CAPABILITY']}" if os.environ.get("ATEN_CPU_CAPABILITY") else ""
+    aten = os.environ.get("ATEN_CPU_CAPABILITY")
+    kernels = f", ATEN_CPU_CAPABILITY {aten}" if aten else ""
     return (f"machine: {cpu} ({', '.join(shown) or 'no AVX2'}), {os.cpu_count()} cores, OMP_NUM_THREADS {threads}"
             f"{kernels}; "
             f"torch {version('torch')}, transformers {version('transformers')}, python {platform.python_version()}; "

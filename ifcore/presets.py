@@ -1,7 +1,7 @@
 """Each stage notebook's sizes as named data, one table: `quick` is what Run All with no edits runs (about two
 minutes on two cores, a small policy: it shows every figure, decides nothing), `full` what `make reproduce` runs
 (the design powered for the notebook's primary question; every seed shares the one default warm start, built once
-in about 4 minutes of both cores, and evaluations between the first and the last are few: they draw curves, the
+in 4 to 6 minutes of both cores, and evaluations between the first and the last are few: they draw curves, the
 endpoint is the last), `test` what the test suite runs (seconds). A notebook's
 parameters left at None take the preset's value; a parameter given explicitly wins (`fill`, which also sets the full
 design's seed count from the power analysis).

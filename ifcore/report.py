@@ -170,8 +170,9 @@ RESULTS_END = "<!-- end results -->"
 
 
 def _stream_lines(nb) -> list[str]:
+    """Every printed line of a notebook read by nbformat (which joins a stream's text into one string)."""
     return [line.strip() for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
-            for line in ("".join(o["text"]) if isinstance(o.get("text"), list) else o.get("text", "")).splitlines()]
+            for line in o.get("text", "").splitlines()]
 
 
 def results(runs_dir: str | Path = "papermill_runs") -> tuple[str, str]:

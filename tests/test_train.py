@@ -367,8 +367,8 @@ def test_a_second_trainer_on_a_run_directory_is_refused(assets, tmp_path):
 
 def test_the_step0_evaluation_is_computed_once_per_initial_policy_and_seed(assets, tmp_path, monkeypatch):
     """Arms that differ only in what acts from step 1 on (here the learning rate and the reward kind, RAIF's aside)
-    share the step-0 evaluation: the second run reuses the first's row,
-    the same numbers; another seed, or other evaluation settings, evaluate anew."""
+    share the step-0 evaluation: the second run reuses the first's row, the same numbers; another seed, or other
+    evaluation settings, evaluate anew."""
     from ifcore.train import grpo
 
     monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))
