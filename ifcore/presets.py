@@ -24,10 +24,10 @@ PRESETS = {
                  "train_config": TINY_RUN},
         "quick": {"seeds": [0, 1], "exploratory": [], "steps": 6, "model_size": {**QUICK_POLICY, "raif_share": 1.0},
                   "train_config": {**QUICK_RUN, "max_new_tokens": 96}},
-        # every held-out prompt, at step 0 and at the end only: the endpoint's sampling sd down by a factor sqrt(2) for
-        # about the price of four evaluations of half the prompts (the first pilot's design)
+        # every held-out prompt, 8 samples each, at step 0 and at the end only: the paired differences' sd was the
+        # evaluation's sampling (0.0202 at 2 samples, 0.0033 at 8 in two 4-seed pilots)
         "full": {"seeds": None, "exploratory": [], "steps": 24, "model_size": {},
-                 "train_config": {"eval_prompts": 256, "eval_every": 24}},
+                 "train_config": {"eval_prompts": 256, "eval_every": 24, "eval_samples": 8}},
     },
     "03_scopeif_graded_reward": {
         "test": {"seeds": [0, 1], "exploratory": ["ila"], "steps": 3, "model_size": TINY_POLICY,
@@ -35,7 +35,9 @@ PRESETS = {
         "quick": {"seeds": [0, 1], "exploratory": [], "steps": 10, "model_size": QUICK_POLICY,
                   "train_config": QUICK_RUN},
         # seeds None: as many as the power analysis asks for (stats.seeds_for_power at the pilot's sd)
-        "full": {"seeds": None, "exploratory": [], "steps": 40, "model_size": {}, "train_config": {"eval_every": 20}},
+        # the endpoint is greedy decoding's (ScopeIF's protocol); the sampled CSR, exploratory, takes 2 samples
+        "full": {"seeds": None, "exploratory": [], "steps": 40, "model_size": {},
+                 "train_config": {"eval_every": 20, "eval_samples": 2}},
     },
     "04_rtt_token_rewards": {
         "test": {"seeds": [0, 1], "exploratory": ["rtt_disc"], "exploratory_seeds": [0], "steps": 2,
@@ -46,9 +48,10 @@ PRESETS = {
                   "model_size": QUICK_POLICY, "train_config": QUICK_RUN,
                   "discriminator": {"instructions": 60, "steps": 60, "batch_size": 16, "eval_every": 30,
                                     "max_new_tokens": 48}},
+        # every held-out prompt (x 4 samples): the paired differences' sd halved from 128 prompts (two pilots)
         "full": {"seeds": None, "exploratory": ["rtt_disc", "rtt_disc_floor", "random"],
-                 "exploratory_seeds": [0, 1, 2], "steps": 20, "model_size": {},
-                 "train_config": {"eval_every": 10, "eval_prompts": 128}, "discriminator": {}},
+                 "exploratory_seeds": [0, 1], "steps": 20, "model_size": {},
+                 "train_config": {"eval_every": 10, "eval_prompts": 256}, "discriminator": {}},
     },
 }
 
@@ -73,5 +76,6 @@ def fill(notebook: str, preset: str, namespace: dict) -> str:
         n["seeds"] = list(range(plan["seeds"]))
     return (f"preset {preset!r}: " + ", ".join(f"{k}={v!r}" for k, v in taken.items() if v is not None)
             + f"\npower analysis: {plan['seeds']} seeds give power {plan['power_found']:.2f} to find a difference of "
-            f"{n['sesoi']} and {plan['power_equivalence']:.2f} to exclude one, at the pilot's sd {n['pilot']['sd']} "
+            f"{n['sesoi']}, {plan['power_equivalence']:.2f} and {plan['power_halfway']:.2f} to exclude one when the true "
+            f"difference is 0 and {n['sesoi'] / 2:g}, at the pilot's sd {n['pilot']['sd']} "
             f"({n['pilot']['source']}); this run: {len(n['seeds'])} seeds")

@@ -83,14 +83,17 @@ def primary_markdown(result: dict) -> str:
 
     r = {k: math.nan if v is None else v for k, v in result.items()}  # None: a number one seed cannot give
     pct = f"{100 * (1 - r['alpha']):g}%"
-    verdict = {stats.FOUND: f"**effect found ({r['direction']})**" + (
-                   f", smaller than the smallest effect of interest ({r['sesoi']:g})" if r["below_sesoi"] else ""),
-               stats.EQUIVALENT: f"**no effect as large as {r['sesoi']:g}** (TOST)",
+    verdict = {stats.FOUND: f"**effect found ({r['direction']})**",
+               stats.EQUIVALENT: f"**no effect as large as {r['sesoi']:g}** (TOST)" + (
+                   f"; the {pct} interval excludes 0 too: an effect ({r['direction']}) smaller than the smallest of "
+                   "interest" if r["below_sesoi"] else ""),
                stats.UNDECIDED: "**undecided**: neither an effect nor its absence at this size is shown"}[r["verdict"]]
     planned = (f"{r['planned_seeds']} seeds give power {r['power']:g} to decide it either way at the pilot's sd "
                f"({r['pilot']['sd']:.4g}, {r['pilot']['source']})")
+    halfway = r.get("power_halfway")  # renderings before 2026-12-07's evening lack it
     ran = (f"this run has {r['seeds']} seeds (power {r['power_found']:.2f} to find {r['sesoi']:g}, "
            f"{r['power_equivalence']:.2f} to exclude it"
+           + (f" at 0 and {halfway:.2f} at {r['sesoi'] / 2:g}" if isinstance(halfway, float) else "")
            + (": fewer than planned, a preset smaller than the full one)" if r["seeds"] < r["planned_seeds"] else ")"))
     return (f"**Primary question** (registered before the run): {r['question']}  \n"
             f"Endpoint: {r['endpoint']}; comparison: {r['comparison']}; smallest effect of interest "

@@ -154,7 +154,19 @@ def paired_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float
 
     if n < 2 or sd <= 0:
         raise ValueError(f"paired_power: needs n >= 2 and sd > 0, got n={n}, sd={sd}")
-    return float(TTestPower().power(effect_size=abs(effect) / sd, nobs=n, alpha=alpha, alternative="two-sided"))
+    power = float(TTestPower().power(effect_size=abs(effect) / sd, nobs=n, alpha=alpha, alternative="two-sided"))
+    if math.isnan(power):  # the noncentral t (statsmodels', scipy's) fails past a noncentrality of about 10
+        from scipy import integrate
+        from scipy.stats import chi2, norm, t
+
+        q, se = float(t.ppf(1 - alpha / 2, n - 1)), sd / math.sqrt(n)
+
+        def given_s2(x: float) -> float:  # x = (n-1) s^2 / sd^2: found iff |mean| > q s / sqrt(n)
+            cut = q * sd * math.sqrt(x / (n - 1)) / math.sqrt(n)
+            return (norm.sf((cut - abs(effect)) / se) + norm.cdf((-cut - abs(effect)) / se)) * chi2.pdf(x, n - 1)
+
+        power = float(integrate.quad(given_s2, 0, chi2.isf(1e-14, n - 1), points=[n - 1], limit=200)[0])
+    return power
 
 
 def equivalence_power(margin: float, sd: float, n: int, alpha: float = 0.05, true: float = 0.0) -> float:
@@ -177,24 +189,43 @@ def equivalence_power(margin: float, sd: float, n: int, alpha: float = 0.05, tru
         return (norm.cdf((half - true) / se) - norm.cdf((-half - true) / se)) * chi2.pdf(x, n - 1)
 
     top = (n - 1) * (margin * math.sqrt(n) / (q * sd)) ** 2  # beyond it the interval is wider than 2 margin
-    return float(integrate.quad(given_s2, 0, top, limit=200)[0])
+    top = min(top, chi2.isf(1e-14, n - 1))  # and s^2's mass ends: quad over a long empty tail misses the peak
+    return float(integrate.quad(given_s2, 0, top, points=[min(n - 1, top / 2)], limit=200)[0])
 
 
 def seeds_for_power(sesoi: float, sd: float, alpha: float = 0.05, power: float = 0.8,
                     max_seeds: int = 200) -> dict:
-    """The fewest seeds (paired differences) with which a primary question is decided either way with probability
-    at least `power`: the paired t-test finds a true difference of `sesoi` (the smallest effect of interest), and
-    TOST excludes an effect that large when the true difference is 0. `sd`: the standard deviation of the paired
-    differences, from a pilot. {"seeds", "power_found", "power_equivalence"}; ValueError past max_seeds."""
+    """The fewest seeds (paired differences) with which a primary question is decided, the same way on any machine,
+    with probability at least `power` wherever the true difference lies: the paired t-test finds a true difference
+    of `sesoi` (the smallest effect of interest); TOST excludes an effect that large when the true difference is 0,
+    and when it is sesoi / 2 (halfway: both verdicts' intervals can then hold, and `primary_verdict` gives such an
+    effect "no effect as large as the smallest of interest"; a design powered only at 0 and sesoi decides an
+    effect halfway by a coin flip, as two machines' runs of 2026-12-07 did). `sd`: the standard deviation of the
+    paired differences, from a pilot. {"seeds", "power_found", "power_equivalence", "power_halfway"}; ValueError
+    past max_seeds."""
     if sesoi <= 0 or sd <= 0 or not 0 < alpha < 0.5 or not 0 < power < 1:
         raise ValueError(f"seeds_for_power: needs sesoi > 0, sd > 0, 0 < alpha < 0.5 and 0 < power < 1, got "
                          f"sesoi={sesoi}, sd={sd}, alpha={alpha}, power={power}")
-    for n in range(2, max_seeds + 1):
-        found, equivalent = paired_power(sesoi, sd, n, alpha), equivalence_power(sesoi, sd, n, alpha)
-        if min(found, equivalent) >= power:
-            return {"seeds": n, "power_found": found, "power_equivalence": equivalent}
-    raise ValueError(f"seeds_for_power: more than {max_seeds} seeds are needed to decide a difference of {sesoi} "
-                     f"against a seed-to-seed sd of {sd} (a larger smallest effect, or less noise)")
+
+    def plan(n: int) -> dict:
+        return {"seeds": n, "power_found": paired_power(sesoi, sd, n, alpha),
+                "power_equivalence": equivalence_power(sesoi, sd, n, alpha),
+                "power_halfway": equivalence_power(sesoi, sd, n, alpha, true=sesoi / 2)}
+
+    def enough(p: dict) -> bool:
+        return min(p["power_found"], p["power_equivalence"], p["power_halfway"]) >= power
+
+    # each power grows with n: double to a count that is enough, then bisect (a few dozen integrals, not hundreds)
+    lo, hi = 1, 2  # lo: a count known to fall short (1 decides nothing)
+    while not enough(plan(hi)):
+        if hi >= max_seeds:
+            raise ValueError(f"seeds_for_power: more than {max_seeds} seeds are needed to decide a difference of "
+                             f"{sesoi} against a seed-to-seed sd of {sd} (a larger smallest effect, or less noise)")
+        lo, hi = hi, min(2 * hi, max_seeds)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(plan(mid)) else (mid, hi)
+    return plan(hi)
 
 
 def primary_verdict(diffs, sesoi: float, alpha: float = 0.05) -> dict:
@@ -202,8 +233,10 @@ def primary_verdict(diffs, sesoi: float, alpha: float = 0.05) -> dict:
     comparator; None/NaN dropped): "effect found" where the two-sided 1 - alpha t-interval excludes 0 (the paired
     t-test, p < alpha); "no effect as large as the smallest of interest" where TOST at alpha excludes +-sesoi (the
     1 - 2 alpha interval lies inside it); "undecided" otherwise (always with fewer than 2 differences: no spread,
-    the intervals NaN). Only the first two decide. An effect found that TOST also bounds below sesoi keeps the
-    verdict "effect found", with `below_sesoi` true.
+    the intervals NaN). Only the first two decide. Where both intervals hold (an effect other than 0 but smaller
+    than the smallest of interest: Lakens, Scheel & Isager 2018's "statistically different and equivalent") the
+    verdict answers the registered question, whether an effect as large as sesoi exists: "no effect as large as
+    the smallest of interest", with `below_sesoi` true and its direction kept.
 
     Returns plain data (a rendering's metadata): estimate, ci_lo, ci_hi (1 - alpha), tost_lo, tost_hi (1 - 2 alpha),
     p (t-test), p_tost, n, sd, verdict, direction (positive / negative / None), below_sesoi."""
@@ -233,7 +266,7 @@ def primary_verdict(diffs, sesoi: float, alpha: float = 0.05) -> dict:
     found, equivalent = p < alpha, p_tost < alpha
     return {"estimate": mean, "ci_lo": lo, "ci_hi": hi, "tost_lo": tlo, "tost_hi": thi, "p": p, "p_tost": p_tost,
             "n": n, "sd": sd, "alpha": alpha, "sesoi": sesoi,
-            "verdict": FOUND if found else EQUIVALENT if equivalent else UNDECIDED,
+            "verdict": EQUIVALENT if equivalent else FOUND if found else UNDECIDED,
             "direction": ("positive" if mean > 0 else "negative") if found else None,
             "below_sesoi": bool(found and equivalent)}
 
@@ -249,12 +282,14 @@ def primary_result(question: dict, diffs, pilot: dict, power: float = 0.8) -> di
     if missing:
         raise ValueError(f"primary_result: the question lacks {', '.join(missing)}")
     sesoi, alpha = float(question["sesoi"]), float(question["alpha"])
-    plan = seeds_for_power(sesoi, float(pilot["sd"]), alpha, power)
+    sd = float(pilot["sd"])
+    plan = seeds_for_power(sesoi, sd, alpha, power)
     verdict = primary_verdict(diffs, sesoi, alpha)
     n = verdict["n"]
     out = {**question, "pilot": dict(pilot), "power": power, "planned_seeds": plan["seeds"], "seeds": n,
-           "power_found": paired_power(sesoi, float(pilot["sd"]), n, alpha) if n >= 2 else 0.0,
-           "power_equivalence": equivalence_power(sesoi, float(pilot["sd"]), n, alpha) if n >= 2 else 0.0,
+           "power_found": paired_power(sesoi, sd, n, alpha) if n >= 2 else 0.0,
+           "power_equivalence": equivalence_power(sesoi, sd, n, alpha) if n >= 2 else 0.0,
+           "power_halfway": equivalence_power(sesoi, sd, n, alpha, true=sesoi / 2) if n >= 2 else 0.0,
            **verdict}
     # JSON data (a rendering's metadata): a number that does not exist (no interval from one seed) is null
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}
