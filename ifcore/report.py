@@ -88,7 +88,7 @@ def primary_markdown(result: dict) -> str:
                    f"; the {pct} interval excludes 0 too: an effect ({r['direction']}) smaller than the smallest of "
                    "interest" if r["below_sesoi"] else ""),
                stats.UNDECIDED: "**undecided**: neither an effect nor its absence at this size is shown"}[r["verdict"]]
-    planned = (f"{r['planned_seeds']} seeds give power {r['power']:g} to decide it either way at the pilot's sd "
+    planned = (f"{r['planned_seeds']} seeds give power {r['power']:g} to decide it at the pilot's sd "
                f"({r['pilot']['sd']:.4g}, {r['pilot']['source']})")
     halfway = r.get("power_halfway")  # renderings before 2026-12-07's evening lack it
     ran = (f"this run has {r['seeds']} seeds (power {r['power_found']:.2f} to find {r['sesoi']:g}, "
@@ -104,6 +104,15 @@ def primary_markdown(result: dict) -> str:
             f"Verdict: {verdict}.")
 
 
+def verdict_line(r: dict) -> str:
+    """The verdict in a few words, its direction where the 95% interval excludes 0 (for an equivalence verdict: an
+    effect smaller than the smallest of interest)."""
+    if not r.get("direction"):
+        return r["verdict"]
+    return r["verdict"] + (f" (an effect, {r['direction']}, smaller than it)" if r.get("below_sesoi")
+                           else f" ({r['direction']})")
+
+
 def _num(x) -> str:
     return "n/a" if x is None else f"{x:+.4f}"
 
@@ -115,8 +124,7 @@ def _primary_html(r: dict) -> str:
             f"{html.escape(r['endpoint'])}; {html.escape(r['comparison'])}; smallest effect of interest "
             f"{r['sesoi']:g}; {r['seeds']} seeds (planned {r['planned_seeds']}).<br>"
             f"Estimate {_num(r['estimate'])} ({pct} CI {_num(r['ci_lo'])} to {_num(r['ci_hi'])}). "
-            f"<b>Verdict: {html.escape(r['verdict'])}</b>"
-            + (f" ({html.escape(r['direction'])})" if r.get("direction") else "") + ".</p>")
+            f"<b>Verdict: {html.escape(verdict_line(r))}</b>.</p>")
 
 
 def card(nb, page: str) -> str:
@@ -204,7 +212,7 @@ def results(runs_dir: str | Path = "papermill_runs") -> tuple[str, str]:
                 f"{seconds / 60:.1f} minutes.", ""]
         if result:
             part += [primary_markdown(result), ""]
-            verdict = result["verdict"] + (f" ({result['direction']})" if result.get("direction") else "")
+            verdict = verdict_line(result)
             ci = ("n/a" if result["ci_lo"] is None else
                   f"{result['estimate']:+.4f} ({result['ci_lo']:+.4f} to {result['ci_hi']:+.4f})")
             rows.append(f"| {path.stem[:2]} | {result['comparison']} | {result['sesoi']:g} | "

@@ -70,7 +70,7 @@ def test_a_primary_result_leads_its_card_and_is_recorded_in_the_renderings_metad
     assert recorded["seeds"] == 4 and recorded["planned_seeds"] == stats.seeds_for_power(0.03, 0.02)["seeds"]
     lead = index.index('<p class="primary">')
     assert lead < index.index("Its question.") and "Does A beat B?" in index[lead:]
-    assert "Verdict: effect found</b> (positive)" in index
+    assert "Verdict: effect found (positive)</b>" in index
 
     # The results page and the README block are generated from the same data: the row, the paragraph, the limits.
     from ifcore.report import RESULTS_BEGIN, RESULTS_END, write_results
@@ -134,3 +134,13 @@ def test_code_is_folded_in_a_browser_until_show_code_is_ticked(tmp_path):
                            "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=300)
     folded, params, shown = json.loads(html.unescape(re.search(r'data-folded="([^"]*)"', done.stdout).group(1)))
     assert folded == 0 and params == 1 and shown > 5  # hidden, the parameters aside; all there once ticked
+
+
+def test_an_equivalence_verdict_keeps_the_direction_of_an_effect_smaller_than_the_sesoi():
+    from ifcore import stats
+    from ifcore.report import verdict_line
+
+    tiny = stats.primary_verdict([0.011, 0.01, 0.009, 0.0105, 0.0095, 0.01], sesoi=0.03)
+    assert verdict_line(tiny) == f"{stats.EQUIVALENT} (an effect, positive, smaller than it)"
+    null = stats.primary_verdict([0.002, -0.003, 0.001, 0.0, -0.001, 0.002], sesoi=0.03)
+    assert verdict_line(null) == stats.EQUIVALENT
