@@ -147,6 +147,18 @@ def holm(pvalues) -> list[float]:
 FOUND, EQUIVALENT, UNDECIDED = "effect found", "no effect as large as the smallest of interest", "undecided"
 
 
+def _over_sample_sd(prob, n: int, top: float = math.inf) -> float:
+    """The mean of prob(x) over x = (n-1) s^2 / sd^2 ~ chi2_{n-1} (the sample sd of n pairs), up to `top`: both
+    powers below integrate a normal probability given s so. quad stops where s^2's mass ends (a long empty tail
+    would hide the peak from it), with the peak marked."""
+    from scipy import integrate
+    from scipy.stats import chi2
+
+    top = min(top, chi2.isf(1e-14, n - 1))
+    return float(integrate.quad(lambda x: prob(x) * chi2.pdf(x, n - 1), 0, top, points=[min(n - 1, top / 2)],
+                                limit=200)[0])
+
+
 def paired_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
     """Power of the two-sided paired t-test at level `alpha` to find a mean difference `effect` over n pairs whose
     differences have standard deviation `sd` (statsmodels' TTestPower, the noncentral t)."""
@@ -156,16 +168,15 @@ def paired_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float
         raise ValueError(f"paired_power: needs n >= 2 and sd > 0, got n={n}, sd={sd}")
     power = float(TTestPower().power(effect_size=abs(effect) / sd, nobs=n, alpha=alpha, alternative="two-sided"))
     if math.isnan(power):  # the noncentral t (statsmodels', scipy's) fails past a noncentrality of about 10
-        from scipy import integrate
-        from scipy.stats import chi2, norm, t
+        from scipy.stats import norm, t
 
-        q, se = float(t.ppf(1 - alpha / 2, n - 1)), sd / math.sqrt(n)
+        q, se, d = float(t.ppf(1 - alpha / 2, n - 1)), sd / math.sqrt(n), abs(effect)
 
-        def given_s2(x: float) -> float:  # x = (n-1) s^2 / sd^2: found iff |mean| > q s / sqrt(n)
+        def found(x: float) -> float:  # |mean| > q s / sqrt(n)
             cut = q * sd * math.sqrt(x / (n - 1)) / math.sqrt(n)
-            return (norm.sf((cut - abs(effect)) / se) + norm.cdf((-cut - abs(effect)) / se)) * chi2.pdf(x, n - 1)
+            return norm.sf((cut - d) / se) + norm.cdf((-cut - d) / se)
 
-        power = float(integrate.quad(given_s2, 0, chi2.isf(1e-14, n - 1), points=[n - 1], limit=200)[0])
+        power = _over_sample_sd(found, n)
     return power
 
 
@@ -174,23 +185,19 @@ def equivalence_power(margin: float, sd: float, n: int, alpha: float = 0.05, tru
     pairs of difference sd `sd` when the true mean difference is `true`. statsmodels tests TOST but has no power for
     it, so this integrates over the sample standard deviation s (s^2 ~ sd^2 chi2_{n-1} / (n-1)): the interval
     mean -/+ t s / sqrt(n) lies inside +-margin iff the sample mean is within margin - t s / sqrt(n) of 0."""
-    from scipy import integrate
-    from scipy.stats import chi2, norm, t
+    from scipy.stats import norm, t
 
     if n < 2 or sd <= 0 or margin <= 0:
         raise ValueError(f"equivalence_power: needs n >= 2, sd > 0 and margin > 0, got n={n}, sd={sd}, "
                          f"margin={margin}")
     q, se = float(t.ppf(1 - alpha, n - 1)), sd / math.sqrt(n)
 
-    def given_s2(x: float) -> float:  # x = (n-1) s^2 / sd^2
+    def inside(x: float) -> float:
         half = margin - q * sd * math.sqrt(x / (n - 1)) / math.sqrt(n)
-        if half <= 0:
-            return 0.0
-        return (norm.cdf((half - true) / se) - norm.cdf((-half - true) / se)) * chi2.pdf(x, n - 1)
+        return norm.cdf((half - true) / se) - norm.cdf((-half - true) / se) if half > 0 else 0.0
 
-    top = (n - 1) * (margin * math.sqrt(n) / (q * sd)) ** 2  # beyond it the interval is wider than 2 margin
-    top = min(top, chi2.isf(1e-14, n - 1))  # and s^2's mass ends: quad over a long empty tail misses the peak
-    return float(integrate.quad(given_s2, 0, top, points=[min(n - 1, top / 2)], limit=200)[0])
+    # beyond top the interval is wider than 2 margin
+    return _over_sample_sd(inside, n, top=(n - 1) * (margin * math.sqrt(n) / (q * sd)) ** 2)
 
 
 def seeds_for_power(sesoi: float, sd: float, alpha: float = 0.05, power: float = 0.8,
