@@ -365,6 +365,10 @@ def test_a_raif_run_logs_its_keep_ratio_reasoning_and_bc_loss(assets, tmp_path):
     assert max(r["cot_reward_mean"] for r in rows) > -3 and max(r["nothink_reward_mean"] for r in rows) > -3
     assert evals[0]["eval_reasoning_tokens"] > 0
     assert all(-3 <= e[k] <= 3 for e in evals for k in ("eval_reward", "eval_nothink_reward"))
+    for e in evals:  # each held-out prompt's mean reward, with and without reasoning: intervals over prompts
+        for k in ("eval_reward", "eval_nothink_reward"):
+            assert len(e[f"{k}_by_prompt"]) == RAIF_RUN["eval_prompts"]
+            assert np.mean(e[f"{k}_by_prompt"]) == pytest.approx(e[k], abs=1e-3)
 
 
 @pytest.mark.slow

@@ -19,7 +19,9 @@ imports ifcore.run (which drives it: ifcore.run.sweep runs arms x seeds of it).
 #    length-bucketed batches.
 # 4: RAIF's no-think rollouts carry no gradient and dropped groups are skipped (issue 22); RTT's verifier relevance
 #    uses the paper's taxonomy by default.
-TRAINER_VERSION = 4
+# 5: the step-0 evaluation is one per warm start (its sampling no longer seeded by the run's seed); RAIF's evaluation
+#    keeps each prompt's mean reward.
+TRAINER_VERSION = 5
 
 
 def _default_policy():

@@ -211,9 +211,10 @@ EVAL_SAMPLES_KEPT = 4  # held-out completions written to samples.jsonl at each e
 
 # What a step-0 evaluation depends on besides the weights and the held-out data (both in the run identity by their
 # sha256) and whether the reward is RAIF's: the arms of one seed differ only in fields that act from step 1 on (the
-# other reward kinds judge held-out answers alike), so they share it.
+# other reward kinds judge held-out answers alike), and seeds that share a warm start differ only from step 1 on too
+# (step 0's sampling is not seeded by the run's seed), so all of them share it: one evaluation per warm start.
 EVAL_FIELDS = ("think", "alpha", "eval_prompts", "eval_samples", "max_new_tokens", "temperature", "top_p",
-               "seed", "generate_batch", "precision", "threads", "lora_r", "lora_alpha", "lora_targets",
+               "generate_batch", "precision", "threads", "lora_r", "lora_alpha", "lora_targets",
                "model_sha256", "test_data_sha256", "trainer_version", "synth_version", "verify_version")
 
 
@@ -239,7 +240,8 @@ def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: i
     constraints, as score_response counts it. The prompts and the gate are the rollouts' (RAIF's for reward raif).
     RAIF (reward raif): also eval_reward, RAIF's reward, and the eval_nothink_* figures of the same prompts with
     the empty think block in the prompt: reward with minus without reasoning, measured in every arm (the GRPO
-    baseline samples no no-think rollouts in training).
+    baseline samples no no-think rollouts in training); eval_reward_by_prompt and eval_nothink_reward_by_prompt
+    hold each prompt's mean reward, for intervals over prompts.
     """
     from ifcore.rewards import raif, raif_reasoning_problem, score_response, think_prefix
 
@@ -250,7 +252,8 @@ def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: i
         modes.append(("eval_nothink", cfg.eval_samples, True))
     for prefix, k, nothink in modes:
         prompts = [_prompt(tokenizer, p, cfg, nothink=nothink) for p, _ in rows]
-        torch.manual_seed(2**40 + cfg.seed * 1_000_003 + step)  # apart from the rollout seeds
+        # apart from the rollout seeds; step 0 (the warm start, shared) apart from the run's seed as well
+        torch.manual_seed(2**40 + (cfg.seed * 1_000_003 if step else 0) + step)
         _, _, _, mask, texts, truncated = generate(model, tokenizer, prompts * max(k, 1), cfg.max_new_tokens, device,
                                                    autocast, sample=k > 0, temperature=cfg.temperature,
                                                    top_p=cfg.top_p, batch=cfg.generate_batch)
@@ -275,6 +278,8 @@ def evaluate(model, tokenizer, rows, cfg: TrainConfig, device, autocast, step: i
         row.update({f"{prefix}_csr_{s.lower()}": (float(np.mean(v)) if v else None) for s, v in per_scope.items()})
         if cfg.reward == "raif":  # RAIF's reward (eq. 6): what reasoning should raise over not reasoning
             row[f"{prefix}_reward"] = float(np.mean(reward))
+            if k:  # each prompt's mean over its samples: intervals over prompts (response i answers prompt i % n)
+                row[f"{prefix}_reward_by_prompt"] = np.round(np.reshape(reward, (k, len(rows))).mean(0), 4).tolist()
         row[f"{prefix}_response_len"] = float(mask.sum(-1).float().mean())
         row[f"{prefix}_truncated_fraction"] = float(np.mean(truncated))
         if not nothink:
