@@ -368,8 +368,7 @@ def test_a_second_trainer_on_a_run_directory_is_refused(assets, tmp_path):
 def test_the_step0_evaluation_is_computed_once_per_initial_policy(assets, tmp_path, monkeypatch):
     """Runs that differ only in what acts from step 1 on (here the learning rate, the reward kind (RAIF's aside) and
     the seed: they share the initial policy and data) share the step-0 evaluation: the later runs reuse the first's
-    row, the same numbers; other evaluation settings evaluate anew, and a later step's evaluation is seeded by the
-    run's seed."""
+    row, the same numbers; other evaluation settings evaluate anew."""
     from ifcore.train import grpo
 
     monkeypatch.setenv("IFCORE_CACHE", str(tmp_path / "cache"))
