@@ -67,7 +67,7 @@ def word_rows(n: int) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def stopping_llama(llama, tmp_path_factory):
-    """The tiny Llama whose generation config also ends a response at the three tokens it samples most (Qwen3's
+    """The tiny Llama whose generation config also ends a response at the five tokens it samples most (Qwen3's
     lists two end ids): rollouts of a few tokens stop on their own, so rewards differ within a group."""
     import contextlib
 
@@ -76,7 +76,7 @@ def stopping_llama(llama, tmp_path_factory):
     torch.manual_seed(0)
     seqs, _, n, mask, _, _ = trainer_generate(model, tokenizer, prompts, 16, "cpu", contextlib.nullcontext(), True)
     often = Counter(t for ids, k in zip(seqs[:, n:].tolist(), mask.sum(-1).tolist()) for t in ids[:k])
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id] + [t for t, _ in often.most_common(3)]
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id] + [t for t, _ in often.most_common(5)]
     out = tmp_path_factory.mktemp("models") / "stopping-llama"
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -169,7 +169,7 @@ def test_a_registry_name_in_train_config_resolves_to_its_folder(llama, data, tmp
     assert status == 2 and len(err) == 1 and err[0].startswith("ifcore train: error: no-such-model: not a registry")
 
 
-RUN = dict(steps=2, prompts_per_step=2, group_size=2, max_new_tokens=8, eval_prompts=2, eval_samples=1,
+RUN = dict(steps=2, prompts_per_step=4, group_size=2, max_new_tokens=8, eval_prompts=2, eval_samples=1,
            eval_every=1, save_every=1, micro_batch=2, lr=1e-2)
 
 

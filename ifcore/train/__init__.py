@@ -21,7 +21,9 @@ imports ifcore.run (which drives it: ifcore.run.sweep runs arms x seeds of it).
 #    uses the paper's taxonomy by default.
 # 5: the step-0 evaluation is one per warm start (its sampling no longer seeded by the run's seed); RAIF's evaluation
 #    keeps each prompt's mean reward.
-TRAINER_VERSION = 5
+# 6: rollouts and evaluations decode with the trainer's own loop and inverse-CDF sampler (other draws from the same
+#    distribution), 512 sequences at a time by default.
+TRAINER_VERSION = 6
 
 
 def _default_policy():

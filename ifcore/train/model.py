@@ -15,16 +15,21 @@ a response without one is verified whole.
 """
 from __future__ import annotations
 
+import inspect
 import warnings
 from pathlib import Path
 
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import (AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedTokenizerFast, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 PAD, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 EMPTY_THINK = f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n"
+# The forward pass's KV-cache argument: `cache` from transformers 5.2x on (which warns at the old name),
+# `past_key_values` before (the GPU extra's pins)
+CACHE_ARG = "cache" if "cache" in inspect.signature(Qwen3ForCausalLM.forward).parameters else "past_key_values"
 
 CHAT_TEMPLATE = (
     "{%- for m in messages -%}"
@@ -153,27 +158,67 @@ def autocast(device, precision: str = "fp32"):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" or precision == "bf16")
 
 
+def sample_next(logits, temperature: float = 1.0, top_p: float = 1.0):
+    """One token per row of `logits` [B, V] by inverse-CDF sampling: one uniform per row from torch's generator
+    against the cumulative distribution (transformers' sampler draws through torch.multinomial, which spends an
+    exponential per vocabulary entry: 19 % of a CPU rollout's time). The same categorical distribution as
+    transformers' temperature and top-p warpers: top-p keeps the most probable tokens up to and including the one
+    whose cumulative probability reaches top_p."""
+    probs = torch.softmax(logits.float() / temperature, -1)
+    order = None
+    if top_p < 1.0:
+        probs, order = probs.sort(-1, descending=True)
+        probs = probs * ((probs.cumsum(-1) - probs) < top_p)  # the first token is always kept
+    cdf = probs.cumsum(-1)
+    u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
+    # right=True: the first entry above u, so a token of zero mass is never drawn
+    pick = torch.searchsorted(cdf, u, right=True).clamp(max=cdf.shape[-1] - 1)
+    return (pick if order is None else order.gather(-1, pick)).squeeze(-1)
+
+
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, device, autocast,
              sample: bool, temperature: float = 1.0, top_p: float = 1.0, batch: int = 0):
-    """Rollouts with the KV cache, `batch` sequences per generate call (0: all in one):
-    (sequences, attention, n_prompt, response mask, texts, truncated)."""
+    """Rollouts with the KV cache, `batch` sequences at a time (0: all at once):
+    (sequences, attention, n_prompt, response mask, texts, truncated).
+
+    The decoding loop is written here rather than taken from transformers' generate: with its own sampler
+    (`sample_next`), in chunks of 512, it drew 2,048 rollouts of 64 tokens from the embedded policy 1.8x faster than
+    transformers' generate at once and 1.5x faster than it in chunks of 256 (one CPU thread); its greedy decoding
+    is transformers' token for token. Position ids come from the attention mask, as in `response_logprobs`."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-    # Explicit settings override a checkpoint's generation_config (Qwen3 ships top_k=20, temperature 0.6).
-    how = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if sample else dict(do_sample=False)
     # Every end-of-turn id stops a response: the tokenizer's and the generation config's (Qwen3 lists two).
     eos = model.generation_config.eos_token_id
-    eos = sorted({tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None})
-    size = batch or len(prompts)
+    eos = torch.tensor(sorted({tokenizer.eos_token_id, *(eos if isinstance(eos, list) else [eos])} - {None}),
+                       device=enc.input_ids.device)
+    pad, size = tokenizer.pad_token_id, batch or len(prompts)
+    chunks = []
     with torch.no_grad(), autocast:
-        chunks = [model.generate(input_ids=enc.input_ids[i:i + size], attention_mask=enc.attention_mask[i:i + size],
-                                 max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=eos, **how) for i in range(0, len(prompts), size)]
+        for i in range(0, len(prompts), size):
+            ids, attention = enc.input_ids[i:i + size], enc.attention_mask[i:i + size]
+            position, cache = (attention.cumsum(-1) - 1).clamp(min=0), {CACHE_ARG: DynamicCache()}
+            out = model(input_ids=ids, attention_mask=attention, position_ids=position, use_cache=True,
+                        logits_to_keep=1, **cache)
+            position = position[:, -1:]
+            new = ids.new_full((ids.shape[0], max_new_tokens), pad)
+            done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+            for t in range(max_new_tokens):
+                logits = out.logits[:, -1]
+                token = sample_next(logits, temperature, top_p) if sample else logits.argmax(-1)
+                new[:, t] = token.masked_fill(done, pad)  # a finished response is padded
+                done |= torch.isin(token, eos)
+                if bool(done.all()) or t + 1 == max_new_tokens:
+                    new = new[:, :t + 1]
+                    break
+                attention = torch.cat([attention, attention.new_ones(ids.shape[0], 1)], 1)
+                position = position + 1
+                out = model(input_ids=new[:, t:t + 1], attention_mask=attention, position_ids=position,
+                            use_cache=True, **cache)
+            chunks.append(torch.cat([ids, new], 1))
     width = max(c.shape[1] for c in chunks)  # a chunk whose responses all ended early is shorter
-    seqs = torch.cat([torch.nn.functional.pad(c, (0, width - c.shape[1]), value=tokenizer.pad_token_id)
-                      for c in chunks])
+    seqs = torch.cat([torch.nn.functional.pad(c, (0, width - c.shape[1]), value=pad) for c in chunks])
     n_prompt = enc.input_ids.shape[1]
     gen = seqs[:, n_prompt:]
-    is_eos = torch.isin(gen, torch.tensor(eos, device=gen.device))
+    is_eos = torch.isin(gen, eos)
     has_eos = is_eos.any(-1)
     # The response is every token up to and including the first EOS (stopping is an action too).
     length = torch.where(has_eos, is_eos.int().argmax(-1) + 1, gen.shape[1])
