@@ -173,8 +173,6 @@ def test_grpo_loss_gradient_is_the_policy_gradient():
     assert torch.allclose(logp.grad, expected)
 
 
-# ---- the policy directory through from_pretrained -------------------------------------------------------------
-
 # ---- the trainer's decoding loop against transformers' ----------------------------------------------------------
 
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 1.0), (1.0, 0.6), (1.3, 0.9)])
@@ -228,6 +226,8 @@ def test_greedy_decoding_is_transformers_token_for_token_in_any_chunking(assets)
             assert cut == (tok.eos_token_id not in ids[:k]) and (cut or ids[k - 1] == tok.eos_token_id)
             assert text == tok.decode(ids[:k - (not cut)], skip_special_tokens=True)
 
+
+# ---- the policy directory through from_pretrained -------------------------------------------------------------
 
 def test_policy_directory_loads_through_from_pretrained(assets):
     from transformers import AutoModelForCausalLM, AutoTokenizer

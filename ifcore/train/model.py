@@ -184,7 +184,9 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, device, 
     The decoding loop is written here rather than taken from transformers' generate: with its own sampler
     (`sample_next`), in chunks of 512, it drew 2,048 rollouts of 64 tokens from the embedded policy 1.8x faster than
     transformers' generate at once and 1.5x faster than it in chunks of 256 (one CPU thread); its greedy decoding
-    is transformers' token for token. Position ids come from the attention mask, as in `response_logprobs`."""
+    is transformers' token for token. Position ids come from the attention mask, as in `response_logprobs`. A
+    checkpoint's generation_config is read for its end ids only: its sampling settings (Qwen3 ships top_k=20 and
+    temperature 0.6) never apply, `temperature` and `top_p` are the caller's."""
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     # Every end-of-turn id stops a response: the tokenizer's and the generation config's (Qwen3 lists two).
     eos = model.generation_config.eos_token_id
